@@ -1,0 +1,177 @@
+/*
+ * chorus.h: the public face of Chorus, a collective-communication library.
+ *
+ * The API has NCCL's shape and names with "chorus" for "nccl": a user of NCCL should guess every
+ * name right, and a nccl* -> chorus* shim is a table of one-liners (enumerator values match NCCL's).
+ * No CUDA or MPI header is needed to include this file. Every call returns chorusResult_t; no call
+ * prints to stdout or exits the process. On failure chorusGetLastError() says what went wrong.
+ */
+#ifndef CHORUS_H
+#define CHORUS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHORUS_MAJOR 0
+#define CHORUS_MINOR 1
+#define CHORUS_PATCH 0
+/* Same encoding as NCCL_VERSION_CODE: major*10000 + minor*100 + patch. */
+#define CHORUS_VERSION_CODE (CHORUS_MAJOR * 10000 + CHORUS_MINOR * 100 + CHORUS_PATCH)
+
+#define CHORUS_UNIQUE_ID_BYTES 128
+/* The rendezvous id: rank 0 makes it, the user carries it to every rank (MPI_Bcast, a file, ...). */
+typedef struct {
+    char internal[CHORUS_UNIQUE_ID_BYTES];
+} chorusUniqueId;
+
+typedef struct chorusComm *chorusComm_t;
+/* A cudaStream_t for device buffers; for host buffers NULL (blocking) or a host stream. */
+typedef void *chorusStream_t;
+
+#define CHORUS_SPLIT_NOCOLOR (-1)
+
+typedef enum {
+    chorusSuccess = 0,
+    chorusUnhandledCudaError = 1,
+    chorusSystemError = 2,
+    chorusInternalError = 3,
+    chorusInvalidArgument = 4,
+    chorusInvalidUsage = 5,
+    chorusRemoteError = 6,
+    chorusInProgress = 7,
+    chorusTimeout = 8,
+    chorusNumResults = 9
+} chorusResult_t;
+
+typedef enum {
+    chorusInt8 = 0,
+    chorusChar = 0,
+    chorusUint8 = 1,
+    chorusInt32 = 2,
+    chorusInt = 2,
+    chorusUint32 = 3,
+    chorusInt64 = 4,
+    chorusUint64 = 5,
+    chorusFloat16 = 6,
+    chorusHalf = 6,
+    chorusFloat32 = 7,
+    chorusFloat = 7,
+    chorusFloat64 = 8,
+    chorusDouble = 8,
+    chorusBfloat16 = 9,
+    chorusNumTypes = 10
+} chorusDataType_t;
+
+typedef enum {
+    chorusSum = 0,
+    chorusProd = 1,
+    chorusMax = 2,
+    chorusMin = 3,
+    chorusAvg = 4,
+    chorusNumOps = 5
+} chorusRedOp_t;
+
+/* Communicator options. Initialize with CHORUS_CONFIG_INITIALIZER; every field left at its
+ * initializer value means "use the default" (the environment, then the built-in default). */
+typedef struct {
+    size_t size;      /* set by the initializer: sizeof(chorusConfig_t) */
+    unsigned magic;   /* set by the initializer */
+    unsigned version; /* set by the initializer: CHORUS_VERSION_CODE */
+    int blocking;     /* 1: init blocks until connected (the only mode so far) */
+    int timeoutMs;    /* deadline of every wait, in ms (CHORUS_TIMEOUT_MS) */
+    int minChannels;  /* lower bound on channels (CHORUS_MIN_NCHANNELS) */
+    int maxChannels;  /* upper bound on channels (CHORUS_MAX_NCHANNELS) */
+    const char *netName; /* reserved: net plugin to use ("Socket", "IB"); NULL: automatic */
+} chorusConfig_t;
+
+#define CHORUS_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define CHORUS_CONFIG_MAGIC 0xc0de5eedu
+#define CHORUS_CONFIG_INITIALIZER                                                                  \
+    {                                                                                              \
+        sizeof(chorusConfig_t), CHORUS_CONFIG_MAGIC, CHORUS_VERSION_CODE, CHORUS_CONFIG_UNDEF_INT, \
+            CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, CHORUS_CONFIG_UNDEF_INT, NULL        \
+    }
+
+/* Version as CHORUS_VERSION_CODE. */
+chorusResult_t chorusGetVersion(int *version);
+/* A static string naming a result code. */
+const char *chorusGetErrorString(chorusResult_t result);
+/* The last error text of this thread (comm NULL) or of this communicator; "" when none. */
+const char *chorusGetLastError(chorusComm_t comm);
+
+/* Rank 0 only: open the rendezvous listener and fill the id (address + random secret). */
+chorusResult_t chorusGetUniqueId(chorusUniqueId *uniqueId);
+/* Collective over nranks ranks: join the communicator identified by commId as rank. */
+chorusResult_t chorusCommInitRank(chorusComm_t *comm, int nranks, chorusUniqueId commId, int rank);
+chorusResult_t chorusCommInitRankConfig(chorusComm_t *comm, int nranks, chorusUniqueId commId,
+                                        int rank, chorusConfig_t *config);
+/* ndev ranks in this process, one thread each; devlist NULL: host ranks. */
+chorusResult_t chorusCommInitAll(chorusComm_t *comms, int ndev, const int *devlist);
+/* Join by environment: CHORUS_RANK/CHORUS_NRANKS/CHORUS_ROOT=host:port, or torchrun's
+ * RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. Rank 0 listens on the root port. */
+chorusResult_t chorusCommInitEnv(chorusComm_t *comm);
+/* Collective over comm: ranks with the same color form a new communicator ordered by (key, rank);
+ * color < 0 (CHORUS_SPLIT_NOCOLOR) gives *newcomm = NULL. */
+chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t *newcomm,
+                               chorusConfig_t *config);
+/* Wait until every queued operation of comm has finished. */
+chorusResult_t chorusCommFinalize(chorusComm_t comm);
+/* Free the communicator (after its operations finished). */
+chorusResult_t chorusCommDestroy(chorusComm_t comm);
+/* Stop every operation of comm in bounded time and free it; safe from any thread. */
+chorusResult_t chorusCommAbort(chorusComm_t comm);
+/* chorusSuccess, or the error that stopped an operation of comm asynchronously. */
+chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t *asyncError);
+chorusResult_t chorusCommCount(const chorusComm_t comm, int *count);
+chorusResult_t chorusCommUserRank(const chorusComm_t comm, int *rank);
+/* The CUDA device of comm; -1 for a host-only communicator. */
+chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int *device);
+
+/* Collectives: NCCL's semantics. In place when sendbuff == recvbuff (AllGather: sendbuff is this
+ * rank's slice of recvbuff; ReduceScatter: recvbuff is this rank's slice of sendbuff). */
+chorusResult_t chorusAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                               chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                               chorusStream_t stream);
+chorusResult_t chorusBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                               chorusDataType_t datatype, int root, chorusComm_t comm,
+                               chorusStream_t stream);
+chorusResult_t chorusReduce(const void *sendbuff, void *recvbuff, size_t count,
+                            chorusDataType_t datatype, chorusRedOp_t op, int root,
+                            chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                               chorusDataType_t datatype, chorusComm_t comm,
+                               chorusStream_t stream);
+chorusResult_t chorusReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                   chorusDataType_t datatype, chorusRedOp_t op,
+                                   chorusComm_t comm, chorusStream_t stream);
+/* count elements to and from every peer. */
+chorusResult_t chorusAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                              chorusDataType_t datatype, chorusComm_t comm,
+                              chorusStream_t stream);
+chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype,
+                          int peer, chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, chorusStream_t stream);
+/* Calls between GroupStart and GroupEnd are issued together at GroupEnd (nestable). */
+chorusResult_t chorusGroupStart(void);
+chorusResult_t chorusGroupEnd(void);
+
+/* Host streams: calls on one run in order on its worker thread. */
+chorusResult_t chorusStreamCreate(chorusStream_t *stream);
+/* Wait until every call queued on stream has finished; returns the first error among them. */
+chorusResult_t chorusStreamSynchronize(chorusStream_t stream);
+/* chorusSuccess when idle, chorusInProgress while calls are queued or running. */
+chorusResult_t chorusStreamQuery(chorusStream_t stream);
+chorusResult_t chorusStreamDestroy(chorusStream_t stream);
+
+/* Page-aligned host memory that Chorus may register or share (zero-copy paths). */
+chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes);
+chorusResult_t chorusMemFree(void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CHORUS_H */

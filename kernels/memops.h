@@ -1,0 +1,43 @@
+/*
+ * memops.h: the data-movement backend contract used by the primitives (DESIGN section 6).
+ *
+ * A backend is one const table: copy bytes, reduce two inputs element-wise, divide (avg's last
+ * step). The host backend (host_memops.c, host_reduce.c) uses memcpy and loops the compiler
+ * vectorizes; a CUDA backend later fills the same table with kernels. Backends never see a
+ * communicator. float16 and bfloat16 reduce through float with round-to-nearest-even.
+ */
+#ifndef CHORUS_MEMOPS_H
+#define CHORUS_MEMOPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chorus.h"
+
+typedef struct memops_ops {
+    const char *name;
+    /* dst = src, nbytes bytes; the ranges do not overlap unless dst == src. */
+    void (*copy)(void *dst, const void *src, size_t nbytes);
+    /* dst[i] = a[i] op b[i] for count elements; avg reduces as sum; dst may equal a or b. */
+    void (*reduce)(void *dst, const void *a, const void *b, size_t count, chorusDataType_t dtype,
+                   chorusRedOp_t op);
+    /* dst[i] = src[i] / divisor (avg's last step; integer division, truncating, for integers). */
+    void (*divide)(void *dst, const void *src, size_t count, chorusDataType_t dtype,
+                   uint64_t divisor);
+} memops_ops_t;
+
+extern const memops_ops_t host_memops;
+
+/* Bytes per element of a valid dtype; 0 for an invalid value. */
+size_t dtype_nbytes(chorusDataType_t dtype);
+/* Short names ("float32", "sum") for logs and errors; "?" for invalid values. */
+const char *dtype_name(chorusDataType_t dtype);
+const char *redop_name(chorusRedOp_t op);
+
+/* Round-to-nearest-even conversions used by the float16/bfloat16 reductions (exported for tests). */
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t b);
+uint16_t float_to_bf16(float f);
+
+#endif /* CHORUS_MEMOPS_H */
