@@ -1,0 +1,95 @@
+/*
+ * algo.h: what moves when. Collectives as channel programs over the primitives (prims.h), and the
+ * graph (rings) they run on. Nothing here knows a transport or the communicator: a program gets
+ * its channel's prims (connections to the ring's next and previous rank), its ring, the call's
+ * arguments and which share of the buffer is its channel's.
+ */
+#ifndef CHORUS_ALGO_H
+#define CHORUS_ALGO_H
+
+#include <stddef.h>
+
+#include "chorus.h"
+#include "prims.h"
+
+typedef enum {
+    COLL_ALLREDUCE,
+    COLL_BROADCAST,
+    COLL_REDUCE,
+    COLL_ALLGATHER,
+    COLL_REDUCESCATTER,
+    COLL_ALLTOALL,
+    COLL_SEND,
+    COLL_RECV,
+} coll_kind_t;
+
+/* One call's arguments, as the user gave them (count in elements; root or peer). */
+typedef struct coll_args {
+    coll_kind_t kind;
+    const void *sendbuff;
+    void *recvbuff;
+    size_t count;
+    chorusDataType_t dtype;
+    chorusRedOp_t op;
+    int root; /* Broadcast/Reduce root; Send/Recv peer */
+} coll_args_t;
+
+/* A ring: ranks[i] is the user rank at position i; this rank sits at position index. */
+typedef struct ring {
+    int nranks;
+    int index;
+    int *ranks;
+} ring_t;
+
+/* What one channel program runs with. */
+typedef struct channel_work {
+    prims_t prims;
+    const ring_t *ring;
+    const coll_args_t *args;
+    int channel;
+    int nchannels;
+} channel_work_t;
+
+typedef chorusResult_t (*channel_program_t)(const channel_work_t *w);
+
+chorusResult_t ring_allreduce_program(const channel_work_t *w);
+chorusResult_t ring_reducescatter_program(const channel_work_t *w);
+chorusResult_t ring_allgather_program(const channel_work_t *w);
+chorusResult_t ring_reduce_program(const channel_work_t *w);
+chorusResult_t chain_broadcast_program(const channel_work_t *w);
+
+/* Elements per ring step: half the FIFO, so a ring's first step always fits (no deadlock). */
+size_t ring_chunk_elems(const prims_t *p);
+
+/* The channel program for a collective kind; NULL for point-to-point kinds. */
+channel_program_t algo_program(coll_kind_t kind);
+
+/* Even split of total into nparts; part i is [*off_p, *off_p + *len_p). */
+static inline void algo_part(size_t total, int nparts, int i, size_t *off_p, size_t *len_p)
+{
+    size_t base = total / (size_t)nparts, extra = total % (size_t)nparts;
+    size_t ui = (size_t)i;
+    *off_p = ui * base + (ui < extra ? ui : extra);
+    *len_p = base + (ui < extra ? 1 : 0);
+}
+
+/* Ring order for every channel: node-major (ranks grouped by host in order of first appearance),
+ * so a ring crosses each host boundary once. host_of[r] is a host index per rank. */
+chorusResult_t graph_build_ring(int nranks, int rank, const int *host_of, ring_t *ring_p);
+void graph_free_ring(ring_t *ring);
+
+/* Point-to-point: one rank's sends and receives of a group, progressed together. */
+typedef struct p2p_op {
+    conn_t *conn;      /* NULL for a self send/recv */
+    int peer;
+    char *buf;         /* const for sends */
+    size_t nbytes;
+    size_t done;
+} p2p_op_t;
+
+/* Progress every op to completion without deadlock: sends and receives to each peer advance in
+ * issue order, all peers at once; self sends are matched to self receives in order. */
+chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
+                       const memops_ops_t *ops, const wait_ctx_t *w);
+
+#endif /* CHORUS_ALGO_H */

@@ -1,0 +1,124 @@
+/*
+ * p2p.c: send/recv and all-to-all as one progress loop over many connections.
+ *
+ * A group may send to and receive from any set of peers, itself included, in any order on each
+ * rank. Blocking on one connection could deadlock (A and B both sending more than a FIFO holds to
+ * each other), so every connection advances as far as it can without waiting, and the loop sleeps
+ * only when no connection moved. Operations to one peer in one direction go in issue order, so
+ * matching follows NCCL's rule (the k-th send from A to B meets the k-th recv on B from A).
+ */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+#include "algo.h"
+#include "debug.h"
+
+/* 1 when an earlier op of the list to the same peer is unfinished. */
+static int blocked_by_earlier(const p2p_op_t *ops, int i)
+{
+    for (int k = 0; k < i; k++)
+        if (ops[k].peer == ops[i].peer && ops[k].done < ops[k].nbytes)
+            return 1;
+    return 0;
+}
+
+static chorusResult_t match_self(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
+                                 const memops_ops_t *ops)
+{
+    int r = 0;
+    for (int s = 0; s < nsends; s++) {
+        if (sends[s].conn != NULL)
+            continue;
+        while (r < nrecvs && recvs[r].conn != NULL)
+            r++;
+        if (r == nrecvs)
+            return ERR(chorusInvalidUsage, SUB_P2P,
+                       "a chorusSend to this rank itself has no matching chorusRecv from itself "
+                       "in the same group");
+        if (recvs[r].nbytes != sends[s].nbytes)
+            return ERR(chorusInvalidUsage, SUB_P2P,
+                       "a self chorusSend of %zu bytes meets a self chorusRecv of %zu bytes",
+                       sends[s].nbytes, recvs[r].nbytes);
+        if (recvs[r].buf != sends[s].buf)
+            ops->copy(recvs[r].buf, sends[s].buf, sends[s].nbytes);
+        sends[s].done = sends[s].nbytes;
+        recvs[r].done = recvs[r].nbytes;
+        r++;
+    }
+    for (; r < nrecvs; r++)
+        if (recvs[r].conn == NULL && recvs[r].done < recvs[r].nbytes)
+            return ERR(chorusInvalidUsage, SUB_P2P,
+                       "a chorusRecv from this rank itself has no matching chorusSend to itself "
+                       "in the same group");
+    return chorusSuccess;
+}
+
+chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
+                       const memops_ops_t *ops, const wait_ctx_t *w)
+{
+    CHECK(match_self(sends, nsends, recvs, nrecvs, ops));
+    int64_t last_progress = fifo_now_ns();
+    unsigned idle = 0;
+    for (;;) {
+        int remaining = 0, progressed = 0;
+        for (int i = 0; i < nsends; i++) {
+            p2p_op_t *o = &sends[i];
+            if (o->done == o->nbytes)
+                continue;
+            remaining++;
+            if (blocked_by_earlier(sends, i))
+                continue;
+            size_t before = o->done;
+            CHECK(prims_try_send(o->conn, ops, o->buf, o->nbytes, &o->done));
+            progressed |= o->done != before;
+        }
+        for (int i = 0; i < nrecvs; i++) {
+            p2p_op_t *o = &recvs[i];
+            if (o->done == o->nbytes)
+                continue;
+            remaining++;
+            if (blocked_by_earlier(recvs, i))
+                continue;
+            size_t before = o->done;
+            CHECK(prims_try_recv(o->conn, ops, o->buf, o->nbytes, &o->done));
+            progressed |= o->done != before;
+        }
+        if (remaining == 0)
+            return chorusSuccess;
+        if (progressed) {
+            last_progress = fifo_now_ns();
+            idle = 0;
+            continue;
+        }
+        /* Nothing moved: spin a little, then yield, then sleep in growing steps (max 1 ms). */
+        idle++;
+        if (idle < 64)
+            continue;
+        if (w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE))
+            return ERR(chorusRemoteError, SUB_P2P, "send/recv stopped: the communicator was "
+                       "aborted");
+        int64_t now = fifo_now_ns();
+        if (now - last_progress > w->timeout_ns) {
+            int peer = -1;
+            for (int i = 0; i < nsends && peer < 0; i++)
+                if (sends[i].done < sends[i].nbytes)
+                    peer = sends[i].peer;
+            for (int i = 0; i < nrecvs && peer < 0; i++)
+                if (recvs[i].done < recvs[i].nbytes)
+                    peer = recvs[i].peer;
+            return ERR(chorusTimeout, SUB_P2P,
+                       "send/recv with peer rank %d made no progress for %lld ms "
+                       "(CHORUS_TIMEOUT_MS): does the peer post the matching call?",
+                       peer, (long long)(w->timeout_ns / 1000000));
+        }
+        if (idle < 256) {
+            sched_yield();
+        } else {
+            long ns = 1000L * (long)(idle < 1256 ? idle - 255 : 1000);
+            struct timespec ts = {0, ns};
+            nanosleep(&ts, NULL);
+        }
+    }
+}

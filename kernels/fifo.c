@@ -1,0 +1,137 @@
+/*
+ * fifo.c: counter waits of the FIFO contract: spin, then futex sleep, with abort and deadline.
+ *
+ * Lost wake-ups are impossible: a waiter increments the sleepers word and re-reads the counter
+ * before it sleeps (FUTEX_WAIT also compares the value atomically), and the writer stores the
+ * counter before it reads the sleepers word, both sequentially consistent: either the waiter sees
+ * the new counter or the writer sees the sleeper.
+ */
+#define _GNU_SOURCE
+#include "fifo.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "debug.h"
+
+/* Longest single futex sleep: bounds how late an abort or a deadline is noticed. */
+#define FIFO_SLEEP_SLICE_NS (20 * 1000 * 1000)
+
+int64_t fifo_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static inline uint32_t *low_word(uint64_t *counter)
+{
+    /* The low 32 bits of a little-endian 64-bit counter. */
+    return (uint32_t *)(void *)counter;
+}
+
+static void futex_wake_all(uint64_t *counter)
+{
+    syscall(SYS_futex, low_word(counter), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Wait until ready(counter value) holds. target: the value the counter must reach (>=). */
+static chorusResult_t wait_counter(uint64_t *counter, uint32_t *sleepers, uint64_t target,
+                                   const wait_ctx_t *w, const char *what)
+{
+    for (int64_t i = 0; i < w->spin; i++) {
+        if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
+            return chorusSuccess;
+        cpu_relax();
+    }
+    int64_t start = fifo_now_ns();
+    for (;;) {
+        uint64_t v = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
+        if (v >= target)
+            return chorusSuccess;
+        if (w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE))
+            return ERR(chorusRemoteError, SUB_COLL,
+                       "wait for %s of peer rank %d stopped: the communicator was aborted", what,
+                       w->peer);
+        int64_t now = fifo_now_ns();
+        if (now - start >= w->timeout_ns)
+            return ERR(chorusTimeout, SUB_COLL,
+                       "peer rank %d did not advance the %s within %lld ms (CHORUS_TIMEOUT_MS); "
+                       "is it stuck or not calling the same collective?",
+                       w->peer, what, (long long)(w->timeout_ns / 1000000));
+        int64_t left = w->timeout_ns - (now - start);
+        if (left > FIFO_SLEEP_SLICE_NS)
+            left = FIFO_SLEEP_SLICE_NS;
+        struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+        __atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
+        v = __atomic_load_n(counter, __ATOMIC_SEQ_CST);
+        if (v < target)
+            syscall(SYS_futex, low_word(counter), FUTEX_WAIT, (uint32_t)v, &ts, NULL, 0);
+        __atomic_sub_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+static void publish(uint64_t *counter, uint32_t *sleepers, uint64_t value)
+{
+    __atomic_store_n(counter, value, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(sleepers, __ATOMIC_SEQ_CST) != 0)
+        futex_wake_all(counter);
+}
+
+chorusResult_t fifo_wait_send(conn_t *c, const wait_ctx_t *w, void **slot_p)
+{
+    /* Free slot when tail - head < steps, i.e. head >= tail - steps + 1. */
+    if (c->step >= (uint64_t)c->steps)
+        CHECK(wait_counter(&c->ctrl->head, &c->ctrl->head_sleepers, c->step - c->steps + 1, w,
+                           "FIFO head (slot freed)"));
+    *slot_p = c->slots + (c->step % c->steps) * c->slot_nbytes;
+    return chorusSuccess;
+}
+
+void fifo_post_send(conn_t *c, uint32_t nbytes)
+{
+    c->ctrl->sizes[c->step % c->steps] = nbytes;
+    c->step++;
+    publish(&c->ctrl->tail, &c->ctrl->tail_sleepers, c->step);
+}
+
+chorusResult_t fifo_wait_recv(conn_t *c, const wait_ctx_t *w, void **slot_p, uint32_t *nbytes_p)
+{
+    CHECK(wait_counter(&c->ctrl->tail, &c->ctrl->tail_sleepers, c->step + 1, w,
+                       "FIFO tail (slot filled)"));
+    *slot_p = c->slots + (c->step % c->steps) * c->slot_nbytes;
+    *nbytes_p = c->ctrl->sizes[c->step % c->steps];
+    return chorusSuccess;
+}
+
+void fifo_post_recv(conn_t *c)
+{
+    c->step++;
+    publish(&c->ctrl->head, &c->ctrl->head_sleepers, c->step);
+}
+
+int fifo_can_send(const conn_t *c)
+{
+    return c->step < (uint64_t)c->steps ||
+           __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->step - c->steps + 1;
+}
+
+int fifo_can_recv(const conn_t *c)
+{
+    return __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) >= c->step + 1;
+}

@@ -1,0 +1,64 @@
+/*
+ * fifo.h: the FIFO contract every connection follows (DESIGN section 5).
+ *
+ * A directed connection is CHORUS_STEPS slots of slot_nbytes each plus two 64-bit counters:
+ * tail (slots filled, written only by the producer) and head (slots freed, written only by the
+ * consumer), and sizes[slot]. Producer: wait until tail - head < steps, write slot tail % steps,
+ * store its size, release-store tail + 1. Consumer: acquire-load until tail > head, use the slot,
+ * release-store head + 1. Waits spin, then sleep on a futex on the counter's low 32-bit word (shared
+ * futexes work across processes on one shm mapping); the writer wakes only when a waiter said it
+ * sleeps. Every wait checks the abort flag and a deadline.
+ */
+#ifndef CHORUS_FIFO_H
+#define CHORUS_FIFO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chorus.h"
+
+#define FIFO_MAX_STEPS 64
+
+/* The shared control block; lives at the start of the receiver-owned segment. */
+typedef struct fifo_ctrl {
+    _Alignas(64) uint64_t tail; /* written by the producer */
+    uint32_t tail_sleepers;     /* consumers asleep on tail */
+    _Alignas(64) uint64_t head; /* written by the consumer */
+    uint32_t head_sleepers;     /* producers asleep on head */
+    _Alignas(64) uint32_t sizes[FIFO_MAX_STEPS];
+} fifo_ctrl_t;
+
+/* Everything a wait needs besides the counter: where to look for abort, and how long to wait. */
+typedef struct wait_ctx {
+    const volatile uint32_t *abort_flag; /* non-zero: give up with chorusRemoteError/abort */
+    int64_t timeout_ns;                  /* deadline of one wait */
+    int64_t spin;                        /* polls before sleeping */
+    int peer;                            /* for error messages */
+} wait_ctx_t;
+
+/* One end of a directed connection, as the executor sees it (any transport). */
+typedef struct conn {
+    fifo_ctrl_t *ctrl;
+    char *slots;        /* slot i at slots + i * slot_nbytes */
+    size_t slot_nbytes; /* multiple of 64 */
+    int steps;
+    uint64_t step;      /* producer: next tail to publish; consumer: next head */
+    int peer;           /* the rank at the other end */
+    const char *transport;
+} conn_t;
+
+/* Producer: wait for a free slot, return its address. */
+chorusResult_t fifo_wait_send(conn_t *c, const wait_ctx_t *w, void **slot_p);
+/* Producer: publish the slot just written with nbytes of payload. */
+void fifo_post_send(conn_t *c, uint32_t nbytes);
+/* Consumer: wait for a filled slot, return its address and payload bytes. */
+chorusResult_t fifo_wait_recv(conn_t *c, const wait_ctx_t *w, void **slot_p, uint32_t *nbytes_p);
+/* Consumer: free the slot just used. */
+void fifo_post_recv(conn_t *c);
+/* Non-blocking probes for progress loops that drive several connections at once. */
+int fifo_can_send(const conn_t *c);
+int fifo_can_recv(const conn_t *c);
+/* Monotonic clock in ns. */
+int64_t fifo_now_ns(void);
+
+#endif /* CHORUS_FIFO_H */

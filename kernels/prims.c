@@ -1,0 +1,193 @@
+/*
+ * prims.c: the primitives over the FIFO contract, with the memops backend doing the bytes.
+ *
+ * Every primitive walks its range slot by slot: wait for the input slot (recv) and/or the output
+ * slot (send), do one memops call per slot, then publish. Reductions write straight into the
+ * next rank's slot, so a recv_reduce_send costs one pass over the data.
+ */
+#include "prims.h"
+
+#include <string.h>
+
+#include "debug.h"
+
+static inline size_t slice_count(const prims_t *p, const conn_t *c)
+{
+    return c->slot_nbytes / p->esize;
+}
+
+static chorusResult_t wait_recv(prims_t *p, void **slot_p, size_t count)
+{
+    uint32_t nbytes = 0;
+    p->wait.peer = p->recv->peer;
+    CHECK(fifo_wait_recv(p->recv, &p->wait, slot_p, &nbytes));
+    if (nbytes != count * p->esize)
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "peer rank %d sent a %u-byte slice where %zu bytes were expected: the ranks "
+                   "called the collective with different counts, datatypes or roots",
+                   p->recv->peer, nbytes, count * p->esize);
+    return chorusSuccess;
+}
+
+static chorusResult_t wait_send(prims_t *p, void **slot_p)
+{
+    p->wait.peer = p->send->peer;
+    return fifo_wait_send(p->send, &p->wait, slot_p);
+}
+
+static void finalize(prims_t *p, void *dst, size_t n, int final)
+{
+    if (final && p->op == chorusAvg && p->divisor > 1)
+        p->ops->divide(dst, dst, n, p->dtype, p->divisor);
+}
+
+/* The slice length at offset off of a count-element range over connection c. */
+#define FOR_SLICES(p, c, count, off, n)                                                            \
+    for (size_t off = 0, n = 0, step_ = slice_count(p, c);                                       \
+         off < (count) && ((n = ((count)-off < step_ ? (count)-off : step_)), 1); off += n)
+
+chorusResult_t prims_send(prims_t *p, const void *src, size_t count)
+{
+    const char *s = src;
+    FOR_SLICES(p, p->send, count, off, n)
+    {
+        void *out;
+        CHECK(wait_send(p, &out));
+        p->ops->copy(out, s + off * p->esize, n * p->esize);
+        fifo_post_send(p->send, (uint32_t)(n * p->esize));
+    }
+    return chorusSuccess;
+}
+
+chorusResult_t prims_recv(prims_t *p, void *dst, size_t count)
+{
+    char *d = dst;
+    FOR_SLICES(p, p->recv, count, off, n)
+    {
+        void *in;
+        CHECK(wait_recv(p, &in, n));
+        p->ops->copy(d + off * p->esize, in, n * p->esize);
+        fifo_post_recv(p->recv);
+    }
+    return chorusSuccess;
+}
+
+chorusResult_t prims_recv_reduce_send(prims_t *p, const void *src, size_t count)
+{
+    const char *s = src;
+    FOR_SLICES(p, p->recv, count, off, n)
+    {
+        void *in, *out;
+        CHECK(wait_recv(p, &in, n));
+        CHECK(wait_send(p, &out));
+        p->ops->reduce(out, in, s + off * p->esize, n, p->dtype, p->op);
+        fifo_post_send(p->send, (uint32_t)(n * p->esize));
+        fifo_post_recv(p->recv);
+    }
+    return chorusSuccess;
+}
+
+chorusResult_t prims_recv_reduce_copy(prims_t *p, const void *src, void *dst, size_t count,
+                                      int final)
+{
+    const char *s = src;
+    char *d = dst;
+    FOR_SLICES(p, p->recv, count, off, n)
+    {
+        void *in;
+        CHECK(wait_recv(p, &in, n));
+        p->ops->reduce(d + off * p->esize, in, s + off * p->esize, n, p->dtype, p->op);
+        finalize(p, d + off * p->esize, n, final);
+        fifo_post_recv(p->recv);
+    }
+    return chorusSuccess;
+}
+
+chorusResult_t prims_recv_reduce_copy_send(prims_t *p, const void *src, void *dst, size_t count,
+                                           int final)
+{
+    const char *s = src;
+    char *d = dst;
+    FOR_SLICES(p, p->recv, count, off, n)
+    {
+        void *in, *out;
+        CHECK(wait_recv(p, &in, n));
+        CHECK(wait_send(p, &out));
+        p->ops->reduce(d + off * p->esize, in, s + off * p->esize, n, p->dtype, p->op);
+        finalize(p, d + off * p->esize, n, final);
+        p->ops->copy(out, d + off * p->esize, n * p->esize);
+        fifo_post_send(p->send, (uint32_t)(n * p->esize));
+        fifo_post_recv(p->recv);
+    }
+    return chorusSuccess;
+}
+
+chorusResult_t prims_recv_copy_send(prims_t *p, void *dst, size_t count)
+{
+    char *d = dst;
+    FOR_SLICES(p, p->recv, count, off, n)
+    {
+        void *in, *out;
+        CHECK(wait_recv(p, &in, n));
+        CHECK(wait_send(p, &out));
+        p->ops->copy(out, in, n * p->esize);
+        p->ops->copy(d + off * p->esize, in, n * p->esize);
+        fifo_post_send(p->send, (uint32_t)(n * p->esize));
+        fifo_post_recv(p->recv);
+    }
+    return chorusSuccess;
+}
+
+chorusResult_t prims_copy_send(prims_t *p, const void *src, void *dst, size_t count)
+{
+    const char *s = src;
+    char *d = dst;
+    FOR_SLICES(p, p->send, count, off, n)
+    {
+        void *out;
+        CHECK(wait_send(p, &out));
+        p->ops->copy(out, s + off * p->esize, n * p->esize);
+        if (d != NULL && d != s)
+            p->ops->copy(d + off * p->esize, s + off * p->esize, n * p->esize);
+        fifo_post_send(p->send, (uint32_t)(n * p->esize));
+    }
+    return chorusSuccess;
+}
+
+void prims_local_copy(prims_t *p, const void *src, void *dst, size_t count, int final)
+{
+    if (dst != src)
+        p->ops->copy(dst, src, count * p->esize);
+    finalize(p, dst, count, final);
+}
+
+chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *src, size_t nbytes,
+                              size_t *done_p)
+{
+    while (*done_p < nbytes && fifo_can_send(c)) {
+        size_t n = nbytes - *done_p < c->slot_nbytes ? nbytes - *done_p : c->slot_nbytes;
+        void *out = c->slots + (c->step % c->steps) * c->slot_nbytes;
+        ops->copy(out, src + *done_p, n);
+        fifo_post_send(c, (uint32_t)n);
+        *done_p += n;
+    }
+    return chorusSuccess;
+}
+
+chorusResult_t prims_try_recv(conn_t *c, const memops_ops_t *ops, char *dst, size_t nbytes,
+                              size_t *done_p)
+{
+    while (*done_p < nbytes && fifo_can_recv(c)) {
+        size_t want = nbytes - *done_p < c->slot_nbytes ? nbytes - *done_p : c->slot_nbytes;
+        uint32_t got = c->ctrl->sizes[c->step % c->steps];
+        if (got != want)
+            return ERR(chorusInvalidUsage, SUB_P2P,
+                       "peer rank %d sent a %u-byte slice where %zu bytes were expected: the "
+                       "chorusSend count does not match the chorusRecv count",
+                       c->peer, got, want);
+        ops->copy(dst + *done_p, c->slots + (c->step % c->steps) * c->slot_nbytes, want);
+        fifo_post_recv(c);
+        *done_p += want;
+    }
+    return chorusSuccess;
+}

@@ -1,0 +1,57 @@
+/*
+ * prims.h: the primitives every channel program is written with (DESIGN section 6).
+ *
+ * A primitive moves `count` elements through the channel's connections, split into FIFO slots
+ * (slices) and pipelined: slice k of a recv_reduce_send goes out as soon as slice k came in, while
+ * the peer is already filling slice k+1. Data movement goes through a memops backend, so the same
+ * primitives serve host and device buffers. Both ends of a connection slice a length the same way
+ * (slot_nbytes / element size), and the receiver checks each slot's size against the one it
+ * expects: a mismatch means the ranks passed different arguments and is reported, not ignored.
+ */
+#ifndef CHORUS_PRIMS_H
+#define CHORUS_PRIMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fifo.h"
+#include "memops.h"
+
+typedef struct prims {
+    conn_t *send; /* to the next rank of the schedule; NULL when unused */
+    conn_t *recv; /* from the previous rank; NULL when unused */
+    const memops_ops_t *ops;
+    chorusDataType_t dtype;
+    chorusRedOp_t op;
+    size_t esize;
+    wait_ctx_t wait; /* abort flag, deadline, spin; peer is filled per connection */
+    uint64_t divisor; /* avg: the rank count, applied where a result becomes final; else 0 */
+} prims_t;
+
+/* send: src -> next. */
+chorusResult_t prims_send(prims_t *p, const void *src, size_t count);
+/* recv: prev -> dst. */
+chorusResult_t prims_recv(prims_t *p, void *dst, size_t count);
+/* recv_reduce_send: (prev op src) -> next. */
+chorusResult_t prims_recv_reduce_send(prims_t *p, const void *src, size_t count);
+/* recv_reduce_copy: (prev op src) -> dst; final applies avg's division. */
+chorusResult_t prims_recv_reduce_copy(prims_t *p, const void *src, void *dst, size_t count,
+                                      int final);
+/* recv_reduce_copy_send: (prev op src) -> dst and -> next; final applies avg's division. */
+chorusResult_t prims_recv_reduce_copy_send(prims_t *p, const void *src, void *dst, size_t count,
+                                           int final);
+/* recv_copy_send: prev -> dst and -> next. */
+chorusResult_t prims_recv_copy_send(prims_t *p, void *dst, size_t count);
+/* copy_send: src -> dst (unless dst is NULL or src) and src -> next. */
+chorusResult_t prims_copy_send(prims_t *p, const void *src, void *dst, size_t count);
+/* Local step of a schedule: dst = src (no connection); final applies avg's division. */
+void prims_local_copy(prims_t *p, const void *src, void *dst, size_t count, int final);
+
+/* Non-blocking halves for progress loops over many connections (send/recv, all-to-all): move as
+ * many whole slots as are available now, advance *done_p (bytes), never wait. */
+chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *src, size_t nbytes,
+                              size_t *done_p);
+chorusResult_t prims_try_recv(conn_t *c, const memops_ops_t *ops, char *dst, size_t nbytes,
+                              size_t *done_p);
+
+#endif /* CHORUS_PRIMS_H */

@@ -1,0 +1,180 @@
+/*
+ * comm.c: a communicator's life after init: queries, errors, finalize, destroy and abort.
+ *
+ * Destroy waits for the communicator's queued operations (host streams) to finish; Abort raises
+ * the abort flag first, so every wait in flight returns within one sleep slice (20 ms), then does
+ * the same. Neither can hang: operations have deadlines, and the idle wait has one too.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "debug.h"
+
+chorusResult_t chorusGetVersion(int *version)
+{
+    if (version == NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT, "chorusGetVersion: version is NULL");
+    *version = CHORUS_VERSION_CODE;
+    return chorusSuccess;
+}
+
+const char *chorusGetErrorString(chorusResult_t result)
+{
+    switch (result) {
+    case chorusSuccess: return "no error";
+    case chorusUnhandledCudaError: return "unhandled cuda error (run with CHORUS_DEBUG=INFO for details)";
+    case chorusSystemError: return "unhandled system error (run with CHORUS_DEBUG=INFO for details)";
+    case chorusInternalError: return "internal error - please report this issue to the Chorus developers";
+    case chorusInvalidArgument: return "invalid argument (run with CHORUS_DEBUG=WARN for details)";
+    case chorusInvalidUsage: return "invalid usage (run with CHORUS_DEBUG=WARN for details)";
+    case chorusRemoteError: return "remote process exited or there was a network error";
+    case chorusInProgress: return "Chorus operation in progress";
+    case chorusTimeout: return "timeout: a peer did not answer within CHORUS_TIMEOUT_MS";
+    default: return "unknown result code";
+    }
+}
+
+const char *chorusGetLastError(chorusComm_t comm)
+{
+    if (comm != NULL && comm->magic == COMM_MAGIC) {
+        const char *mine = debug_last_error();
+        return mine[0] != '\0' ? mine : comm->last_error;
+    }
+    return debug_last_error();
+}
+
+chorusResult_t comm_check(chorusComm_t comm, const char *fn)
+{
+    debug_clear_error();
+    if (comm == NULL)
+        return ERR(chorusInvalidArgument, SUB_COLL, "%s: comm is NULL", fn);
+    if (comm->magic != COMM_MAGIC)
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s: comm is not a live communicator (destroyed, or not made by Chorus)", fn);
+    debug_set_rank(comm->rank);
+    return chorusSuccess;
+}
+
+chorusResult_t comm_api_return(chorusComm_t comm, chorusResult_t res)
+{
+    if (res != chorusSuccess && comm != NULL && comm->magic == COMM_MAGIC) {
+        pthread_mutex_lock(&comm->state_lock);
+        snprintf(comm->last_error, sizeof(comm->last_error), "%s", debug_last_error());
+        pthread_mutex_unlock(&comm->state_lock);
+    }
+    return res;
+}
+
+void comm_op_started(chorusComm_t comm)
+{
+    pthread_mutex_lock(&comm->state_lock);
+    comm->queued++;
+    pthread_mutex_unlock(&comm->state_lock);
+}
+
+void comm_op_finished(chorusComm_t comm, chorusResult_t res)
+{
+    pthread_mutex_lock(&comm->state_lock);
+    if (res != chorusSuccess) {
+        /* The FIFOs are mid-message: the communicator cannot be used again. */
+        if (comm->async_error == chorusSuccess)
+            comm->async_error = res;
+        snprintf(comm->last_error, sizeof(comm->last_error), "%s", debug_last_error());
+        __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    }
+    if (--comm->queued == 0)
+        pthread_cond_broadcast(&comm->state_cv);
+    pthread_mutex_unlock(&comm->state_lock);
+}
+
+chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000 + 1;
+    chorusResult_t res = chorusSuccess;
+    pthread_mutex_lock(&comm->state_lock);
+    while (comm->queued > 0 && res == chorusSuccess)
+        if (pthread_cond_timedwait(&comm->state_cv, &comm->state_lock, &ts) != 0 &&
+            comm->queued > 0)
+            res = ERR(chorusTimeout, SUB_INIT,
+                      "%d operation(s) of the communicator did not finish within %lld ms",
+                      comm->queued, (long long)timeout_ms);
+    pthread_mutex_unlock(&comm->state_lock);
+    return res;
+}
+
+chorusResult_t chorusCommFinalize(chorusComm_t comm)
+{
+    CHECK(comm_check(comm, "chorusCommFinalize"));
+    chorusResult_t res = comm_wait_idle(comm, comm->timeout_ms);
+    if (res == chorusSuccess)
+        res = comm->async_error;
+    return comm_api_return(comm, res);
+}
+
+chorusResult_t chorusCommDestroy(chorusComm_t comm)
+{
+    CHECK(comm_check(comm, "chorusCommDestroy"));
+    chorusResult_t res = comm_wait_idle(comm, comm->timeout_ms);
+    if (res != chorusSuccess) {
+        /* Still busy after the deadline: stop what runs rather than free it under its feet. */
+        __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+        if (comm_wait_idle(comm, 1000) != chorusSuccess)
+            return comm_api_return(comm, res);
+    }
+    comm_free(comm);
+    return chorusSuccess;
+}
+
+chorusResult_t chorusCommAbort(chorusComm_t comm)
+{
+    CHECK(comm_check(comm, "chorusCommAbort"));
+    __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    /* Waits poll the flag at least every 20 ms; queued stream work returns at its first wait. */
+    chorusResult_t res = comm_wait_idle(comm, 5000);
+    if (res != chorusSuccess)
+        return comm_api_return(comm, res);
+    comm_free(comm);
+    return chorusSuccess;
+}
+
+chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t *asyncError)
+{
+    CHECK(comm_check(comm, "chorusCommGetAsyncError"));
+    if (asyncError == NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT, "chorusCommGetAsyncError: asyncError is NULL");
+    pthread_mutex_lock(&comm->state_lock);
+    *asyncError = comm->async_error;
+    pthread_mutex_unlock(&comm->state_lock);
+    return chorusSuccess;
+}
+
+chorusResult_t chorusCommCount(const chorusComm_t comm, int *count)
+{
+    CHECK(comm_check(comm, "chorusCommCount"));
+    if (count == NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT, "chorusCommCount: count is NULL");
+    *count = comm->nranks;
+    return chorusSuccess;
+}
+
+chorusResult_t chorusCommUserRank(const chorusComm_t comm, int *rank)
+{
+    CHECK(comm_check(comm, "chorusCommUserRank"));
+    if (rank == NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT, "chorusCommUserRank: rank is NULL");
+    *rank = comm->rank;
+    return chorusSuccess;
+}
+
+chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int *device)
+{
+    CHECK(comm_check(comm, "chorusCommCuDevice"));
+    if (device == NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT, "chorusCommCuDevice: device is NULL");
+    *device = comm->peers[comm->rank].cuda_dev;
+    return chorusSuccess;
+}

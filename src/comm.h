@@ -1,0 +1,109 @@
+/*
+ * comm.h: the communicator and the pieces of the core that share it.
+ *
+ * A communicator owns its bootstrap, the peer table, its channels (one ring each, with a send
+ * connection to the ring's next rank and a recv connection from its previous rank), lazily built
+ * point-to-point connections, and the executor pool. Operations on one communicator run one at a
+ * time (exec_lock), in the order they were issued on each thread or stream.
+ */
+#ifndef CHORUS_COMM_H
+#define CHORUS_COMM_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "algo.h"
+#include "bootstrap.h"
+#include "executor.h"
+#include "params.h"
+#include "transport.h"
+
+#define COMM_MAGIC 0x43484f52u /* "CHOR" */
+#define COMM_DEAD_MAGIC 0xdeadc0deu
+#define MAX_CHANNELS 32
+#define P2P_TAG 0x7fff
+
+/* One end of a connection with the transport that built it. */
+typedef struct comm_conn {
+    conn_t conn;
+    transport_res_t res;
+    const transport_ops_t *tp;
+    int ready;
+} comm_conn_t;
+
+typedef struct channel {
+    ring_t ring;
+    comm_conn_t send; /* to ring.ranks[index + 1] */
+    comm_conn_t recv; /* from ring.ranks[index - 1] */
+} channel_t;
+
+struct chorusComm {
+    uint32_t magic;
+    int rank, nranks;
+    params_t params;
+    int64_t timeout_ms;
+    boot_t *boot;
+    peer_info_t *peers;
+    int nchannels;
+    int nchannels_forced; /* CHORUS_NCHANNELS was set: use every channel for every size */
+    channel_t channels[MAX_CHANNELS];
+    comm_conn_t *p2p_send; /* [nranks], built on first use */
+    comm_conn_t *p2p_recv;
+    exec_pool_t *pool;
+    pthread_mutex_t exec_lock;   /* one operation at a time */
+    uint32_t abort_flag;         /* set by chorusCommAbort or a failed operation */
+    chorusResult_t async_error;  /* sticky error of a failed operation */
+    int queued;                  /* operations issued and not yet finished (streams included) */
+    pthread_mutex_t state_lock;  /* guards queued, async_error, last_error */
+    pthread_cond_t state_cv;
+    char last_error[1024];
+};
+
+/* One issued operation. */
+typedef struct comm_op {
+    chorusComm_t comm;
+    chorusStream_t stream;
+    coll_args_t args;
+} comm_op_t;
+
+/* connect.c: build the given connection ends with the matching peers (collective over the ranks
+ * involved: each end's peer calls this for the opposite end at the same point). */
+typedef struct conn_req {
+    conn_dir_t dir;
+    int peer;
+    int tag;
+    size_t slot_nbytes;
+    comm_conn_t *cc;
+} conn_req_t;
+chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n);
+void comm_conn_close(comm_conn_t *cc);
+
+/* init.c */
+chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, int rank,
+                         const chorusConfig_t *config);
+void comm_free(chorusComm_t comm);
+
+/* enqueue.c: run ops (all of one comm) now, in this thread. */
+chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n);
+/* Check the communicator handle at an API entry; sets the thread's log rank. */
+chorusResult_t comm_check(chorusComm_t comm, const char *fn);
+/* Record this thread's last error into comm (so chorusGetLastError(comm) finds it). */
+chorusResult_t comm_api_return(chorusComm_t comm, chorusResult_t res);
+void comm_op_started(chorusComm_t comm);
+void comm_op_finished(chorusComm_t comm, chorusResult_t res);
+/* Wait until no operation of comm is queued or running. */
+chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms);
+
+/* group.c: 1 while inside chorusGroupStart/End on this thread; ops queue there. */
+int group_active(void);
+chorusResult_t group_add(const comm_op_t *op);
+
+/* stream.c */
+int stream_is_host(chorusStream_t stream);
+/* Queue ops (all of one comm) on a host stream; they run in order on its worker. */
+chorusResult_t stream_enqueue(chorusStream_t stream, comm_op_t *ops, int n);
+
+/* mem.c: 1 when ptr is CUDA device memory (only possible where libcuda is loaded). */
+int mem_is_device(const void *ptr);
+
+#endif /* CHORUS_COMM_H */

@@ -1,0 +1,99 @@
+/*
+ * connect.c: builds connection ends with their peers over the bootstrap (transport.h's protocol).
+ *
+ *   phase 1  every end: pick a transport, setup(), send its handle to the peer
+ *   phase 2  every end: receive the peer's handle; a send end connects and acks
+ *   phase 3  every recv end: wait for the ack, then connect (shm unlinks its segment here)
+ *
+ * Bootstrap sends never wait on the peer's progress (small messages, queued at the receiver), so
+ * the phases cannot deadlock whatever order the ranks list their ends in.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "debug.h"
+
+static uint32_t handle_tag(int tag, conn_dir_t from_dir)
+{
+    return BOOT_TAG_HANDLE | ((uint32_t)tag << 1) | (uint32_t)from_dir;
+}
+
+static const transport_ops_t *pick_transport(const peer_info_t *self, const peer_info_t *peer)
+{
+    for (int i = 0; transport_table[i] != NULL; i++)
+        if (transport_table[i]->can_connect(self, peer))
+            return transport_table[i];
+    return NULL;
+}
+
+chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
+{
+    chorusResult_t res = chorusSuccess;
+    transport_handle_t *peer_handles = calloc(n > 0 ? n : 1, sizeof(*peer_handles));
+    conn_setup_t *setups = calloc(n > 0 ? n : 1, sizeof(*setups));
+    if (peer_handles == NULL || setups == NULL) {
+        res = ERR(chorusSystemError, SUB_INIT, "out of memory");
+        goto out;
+    }
+    const peer_info_t *self = &comm->peers[comm->rank];
+    for (int i = 0; i < n; i++) {
+        conn_req_t *r = &reqs[i];
+        const peer_info_t *peer = &comm->peers[r->peer];
+        r->cc->tp = pick_transport(self, peer);
+        if (r->cc->tp == NULL) {
+            res = ERR(chorusInvalidUsage, SUB_INIT,
+                      "no transport connects rank %d (host %s) to rank %d (host %s): ranks on "
+                      "different hosts need the net transport, which this build does not have "
+                      "yet", comm->rank, self->hostid, r->peer, peer->hostid);
+            goto out;
+        }
+        setups[i] = (conn_setup_t){.dir = r->dir,
+                                   .self = self,
+                                   .peer = peer,
+                                   .slot_nbytes = r->slot_nbytes,
+                                   .steps = (int)comm->params.steps,
+                                   .tag = r->tag};
+        transport_handle_t mine;
+        CHECK_GOTO(r->cc->tp->setup(&setups[i], &r->cc->res, &r->cc->conn, &mine), res, out);
+        r->cc->ready = 1; /* resources exist from here on: close() must release them */
+        CHECK_GOTO(boot_send(comm->boot, r->peer, handle_tag(r->tag, r->dir), &mine, sizeof(mine)),
+                   res, out);
+    }
+    for (int i = 0; i < n; i++) {
+        conn_req_t *r = &reqs[i];
+        conn_dir_t other = r->dir == CONN_SEND ? CONN_RECV : CONN_SEND;
+        CHECK_GOTO(boot_recv(comm->boot, r->peer, handle_tag(r->tag, other), &peer_handles[i],
+                             sizeof(peer_handles[i])),
+                   res, out);
+        if (r->dir != CONN_SEND)
+            continue;
+        CHECK_GOTO(r->cc->tp->connect(&setups[i], &peer_handles[i], &r->cc->res, &r->cc->conn),
+                   res, out);
+        char ack = 1;
+        CHECK_GOTO(boot_send(comm->boot, r->peer, BOOT_TAG_ACK | ((uint32_t)r->tag << 1), &ack, 1),
+                   res, out);
+    }
+    for (int i = 0; i < n; i++) {
+        conn_req_t *r = &reqs[i];
+        if (r->dir != CONN_RECV)
+            continue;
+        char ack;
+        CHECK_GOTO(boot_recv(comm->boot, r->peer, BOOT_TAG_ACK | ((uint32_t)r->tag << 1), &ack, 1),
+                   res, out);
+        CHECK_GOTO(r->cc->tp->connect(&setups[i], &peer_handles[i], &r->cc->res, &r->cc->conn),
+                   res, out);
+        TRACE(SUB_INIT, "connected %s from rank %d (tag %d)", r->cc->tp->name, r->peer, r->tag);
+    }
+out:
+    free(peer_handles);
+    free(setups);
+    return res;
+}
+
+void comm_conn_close(comm_conn_t *cc)
+{
+    if (cc->ready && cc->tp != NULL)
+        cc->tp->close(&cc->res, &cc->conn);
+    cc->ready = 0;
+}

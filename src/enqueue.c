@@ -1,0 +1,353 @@
+/*
+ * enqueue.c: the collective and point-to-point entry points: argument checks, then the call is
+ * run now (NULL stream), queued on a host stream, or held for chorusGroupEnd.
+ *
+ * An invalid argument is refused before anything is touched: no buffer changes, the communicator
+ * stays usable, and chorusGetLastError says which argument is wrong and what is allowed.
+ * Execution turns one call into one task per channel (the channel program over its ring's
+ * connections) run by the executor; grouped sends and receives run as one progress loop.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "debug.h"
+
+static const char *coll_name(coll_kind_t kind)
+{
+    static const char *names[] = {"chorusAllReduce",     "chorusBroadcast", "chorusReduce",
+                                  "chorusAllGather",     "chorusReduceScatter",
+                                  "chorusAlltoAll",      "chorusSend",      "chorusRecv"};
+    return names[kind];
+}
+
+static int is_p2p(coll_kind_t kind)
+{
+    return kind == COLL_SEND || kind == COLL_RECV || kind == COLL_ALLTOALL;
+}
+
+static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf,
+                                   size_t count, int rank)
+{
+    if (count == 0)
+        return chorusSuccess;
+    if (buf == NULL)
+        return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is NULL with count %zu",
+                   fn, rank, name, count);
+    if (mem_is_device(buf))
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): %s is CUDA device memory, but this build of Chorus has no "
+                   "CUDA support (rebuild with -DCHORUS_ENABLE_CUDA=ON, or pass host memory)",
+                   fn, rank, name);
+    return chorusSuccess;
+}
+
+/* Validate op completely; on success it may run. */
+static chorusResult_t check_op(const comm_op_t *op)
+{
+    const coll_args_t *a = &op->args;
+    const char *fn = coll_name(a->kind);
+    chorusComm_t comm = op->comm;
+    CHECK(comm_check(comm, fn));
+    int rank = comm->rank, n = comm->nranks;
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "%s (rank %d): the communicator was aborted after an earlier error (%s); "
+                   "destroy it and create a new one", fn, rank,
+                   comm->last_error[0] ? comm->last_error : "chorusCommAbort");
+    if ((unsigned)a->dtype >= chorusNumTypes)
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): datatype %d is not a chorusDataType_t (allowed 0..%d)", fn,
+                   rank, (int)a->dtype, chorusNumTypes - 1);
+    int reduces = a->kind == COLL_ALLREDUCE || a->kind == COLL_REDUCE ||
+                  a->kind == COLL_REDUCESCATTER;
+    if (reduces && (unsigned)a->op >= chorusNumOps)
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): op %d is not a chorusRedOp_t (allowed 0..%d: sum, prod, max, "
+                   "min, avg)", fn, rank, (int)a->op, chorusNumOps - 1);
+    if ((a->kind == COLL_BROADCAST || a->kind == COLL_REDUCE) && (a->root < 0 || a->root >= n))
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): root %d is outside 0..%d (nranks-1)", fn, rank, a->root, n - 1);
+    if ((a->kind == COLL_SEND || a->kind == COLL_RECV) && (a->root < 0 || a->root >= n))
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): peer %d is outside 0..%d (nranks-1)", fn, rank, a->root, n - 1);
+    size_t esize = dtype_nbytes(a->dtype);
+    int many = a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER ||
+               a->kind == COLL_ALLTOALL;
+    size_t limit = SIZE_MAX / esize / (many ? (size_t)n : 1);
+    if (a->count > limit || a->count > (SIZE_MAX >> 2) / esize)
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): count %zu times the %zu-byte datatype%s overflows size_t", fn,
+                   rank, a->count, esize, many ? " times nranks" : "");
+    size_t nall = many ? a->count * (size_t)n : a->count;
+    switch (a->kind) {
+    case COLL_ALLREDUCE:
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+        break;
+    case COLL_BROADCAST:
+        if (rank == a->root)
+            CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+        break;
+    case COLL_REDUCE:
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
+        if (rank == a->root)
+            CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+        break;
+    case COLL_ALLGATHER:
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank));
+        break;
+    case COLL_REDUCESCATTER:
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+        break;
+    case COLL_ALLTOALL:
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank));
+        break;
+    case COLL_SEND:
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
+        break;
+    case COLL_RECV:
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+        break;
+    }
+    if (op->stream != NULL && !stream_is_host(op->stream))
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): stream is neither NULL nor a host stream made by "
+                   "chorusStreamCreate (CUDA streams need a build with CUDA)", fn, rank);
+    return chorusSuccess;
+}
+
+typedef struct coll_task {
+    channel_work_t work;
+    channel_program_t program;
+} coll_task_t;
+
+static chorusResult_t run_channel(void *arg)
+{
+    coll_task_t *t = arg;
+    return t->program(&t->work);
+}
+
+static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->ops = &host_memops;
+    p->dtype = a->dtype;
+    p->op = a->op;
+    p->esize = dtype_nbytes(a->dtype);
+    p->wait.abort_flag = &comm->abort_flag;
+    p->wait.timeout_ns = comm->timeout_ms * 1000000;
+    p->wait.spin = comm->params.spin;
+    p->divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0;
+}
+
+static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
+{
+    size_t esize = dtype_nbytes(a->dtype);
+    int nch = comm->nchannels;
+    if (!comm->nchannels_forced) {
+        /* Small calls do not pay for waking channel workers. */
+        size_t total = a->count * esize * (a->kind == COLL_ALLGATHER ? comm->nranks : 1);
+        size_t want = total / (256 * 1024);
+        if (want < (size_t)nch)
+            nch = want < 1 ? 1 : (int)want;
+    }
+    coll_task_t tasks[MAX_CHANNELS];
+    for (int c = 0; c < nch; c++) {
+        channel_t *ch = &comm->channels[c];
+        fill_prims(comm, a, &tasks[c].work.prims);
+        tasks[c].work.prims.send = comm->nranks > 1 ? &ch->send.conn : NULL;
+        tasks[c].work.prims.recv = comm->nranks > 1 ? &ch->recv.conn : NULL;
+        tasks[c].work.ring = &ch->ring;
+        tasks[c].work.args = a;
+        tasks[c].work.channel = c;
+        tasks[c].work.nchannels = nch;
+        tasks[c].program = algo_program(a->kind);
+    }
+    return exec_pool_run(comm->pool, nch, run_channel, tasks, sizeof(coll_task_t));
+}
+
+/* Add the connection end for (dir, peer) to reqs unless it exists or is already listed. */
+static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, conn_req_t *reqs, int *n)
+{
+    comm_conn_t *cc = dir == CONN_SEND ? &comm->p2p_send[peer] : &comm->p2p_recv[peer];
+    if (peer == comm->rank || cc->ready)
+        return;
+    for (int i = 0; i < *n; i++)
+        if (reqs[i].cc == cc)
+            return;
+    size_t slot = (size_t)(comm->params.p2p_buffsize / comm->params.steps);
+    reqs[(*n)++] = (conn_req_t){dir, peer, P2P_TAG, slot, cc};
+}
+
+static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
+{
+    chorusResult_t res = chorusSuccess;
+    int n = comm->nranks, me = comm->rank;
+    size_t cap = 0;
+    for (int i = 0; i < nops; i++)
+        cap += ops[i].args.kind == COLL_ALLTOALL ? (size_t)n : 1;
+    p2p_op_t *sends = calloc(cap, sizeof(p2p_op_t)), *recvs = calloc(cap, sizeof(p2p_op_t));
+    conn_req_t *reqs = calloc(2 * cap, sizeof(conn_req_t));
+    void **tmp = calloc(nops, sizeof(void *));
+    int ns = 0, nr = 0, nreq = 0;
+    if (sends == NULL || recvs == NULL || reqs == NULL || tmp == NULL) {
+        res = ERR(chorusSystemError, SUB_P2P, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < nops; i++) {
+        const coll_args_t *a = &ops[i].args;
+        size_t nbytes = a->count * dtype_nbytes(a->dtype);
+        if (nbytes == 0)
+            continue;
+        if (a->kind == COLL_SEND || a->kind == COLL_RECV) {
+            int send = a->kind == COLL_SEND;
+            comm_conn_t *cc = send ? &comm->p2p_send[a->root] : &comm->p2p_recv[a->root];
+            p2p_op_t o = {a->root == me ? NULL : &cc->conn, a->root,
+                          send ? (char *)a->sendbuff : a->recvbuff, nbytes, 0};
+            if (send)
+                sends[ns++] = o;
+            else
+                recvs[nr++] = o;
+            want_conn(comm, send ? CONN_SEND : CONN_RECV, a->root, reqs, &nreq);
+            continue;
+        }
+        /* All-to-all: block p of sendbuff to rank p, block p of recvbuff from rank p. In place,
+         * the send blocks are copied aside first so receiving cannot overwrite them. */
+        const char *src = a->sendbuff;
+        if (a->sendbuff == a->recvbuff) {
+            tmp[i] = malloc(nbytes * n);
+            if (tmp[i] == NULL) {
+                res = ERR(chorusSystemError, SUB_P2P, "out of memory for in-place all-to-all");
+                goto out;
+            }
+            memcpy(tmp[i], a->sendbuff, nbytes * n);
+            src = tmp[i];
+        }
+        for (int k = 0; k < n; k++) {
+            int p = (me + k) % n; /* start with self, then spread over peers */
+            sends[ns++] = (p2p_op_t){p == me ? NULL : &comm->p2p_send[p].conn, p,
+                                     (char *)src + nbytes * p, nbytes, 0};
+            recvs[nr++] = (p2p_op_t){p == me ? NULL : &comm->p2p_recv[p].conn, p,
+                                     (char *)a->recvbuff + nbytes * p, nbytes, 0};
+            want_conn(comm, CONN_SEND, p, reqs, &nreq);
+            want_conn(comm, CONN_RECV, p, reqs, &nreq);
+        }
+    }
+    if (nreq > 0)
+        CHECK_GOTO(comm_connect(comm, reqs, nreq), res, out);
+    wait_ctx_t w = {&comm->abort_flag, comm->timeout_ms * 1000000, comm->params.spin, -1};
+    res = p2p_run(sends, ns, recvs, nr, &host_memops, &w);
+out:
+    for (int i = 0; tmp && i < nops; i++)
+        free(tmp[i]);
+    free(tmp);
+    free(sends);
+    free(recvs);
+    free(reqs);
+    return res;
+}
+
+chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
+{
+    chorusResult_t res = chorusSuccess;
+    debug_set_rank(comm->rank);
+    pthread_mutex_lock(&comm->exec_lock);
+    for (int i = 0; i < n && res == chorusSuccess;) {
+        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+            res = ERR(chorusInvalidUsage, SUB_COLL,
+                      "%s (rank %d): the communicator was aborted before the call ran",
+                      coll_name(ops[i].args.kind), comm->rank);
+            break;
+        }
+        if (is_p2p(ops[i].args.kind)) {
+            int j = i;
+            while (j < n && is_p2p(ops[j].args.kind))
+                j++;
+            res = run_p2p(comm, ops + i, j - i);
+            i = j;
+        } else {
+            if (ops[i].args.count > 0)
+                res = run_coll(comm, &ops[i].args);
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&comm->exec_lock);
+    return res;
+}
+
+static chorusResult_t issue(comm_op_t *op)
+{
+    CHECK(comm_api_return(op->comm, check_op(op)));
+    if (group_active())
+        return comm_api_return(op->comm, group_add(op));
+    if (op->stream != NULL)
+        return comm_api_return(op->comm, stream_enqueue(op->stream, op, 1));
+    comm_op_started(op->comm);
+    chorusResult_t res = comm_exec(op->comm, op, 1);
+    comm_op_finished(op->comm, res);
+    return comm_api_return(op->comm, res);
+}
+
+#define OP(kind_, send_, recv_, count_, dtype_, op_, root_)                                        \
+    comm_op_t o = {comm, stream, {kind_, send_, recv_, count_, dtype_, op_, root_}};               \
+    return issue(&o)
+
+chorusResult_t chorusAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                               chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                               chorusStream_t stream)
+{
+    OP(COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0);
+}
+
+chorusResult_t chorusBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                               chorusDataType_t datatype, int root, chorusComm_t comm,
+                               chorusStream_t stream)
+{
+    OP(COLL_BROADCAST, sendbuff, recvbuff, count, datatype, chorusSum, root);
+}
+
+chorusResult_t chorusReduce(const void *sendbuff, void *recvbuff, size_t count,
+                            chorusDataType_t datatype, chorusRedOp_t op, int root,
+                            chorusComm_t comm, chorusStream_t stream)
+{
+    OP(COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root);
+}
+
+chorusResult_t chorusAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                               chorusDataType_t datatype, chorusComm_t comm,
+                               chorusStream_t stream)
+{
+    OP(COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, chorusSum, 0);
+}
+
+chorusResult_t chorusReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                   chorusDataType_t datatype, chorusRedOp_t op,
+                                   chorusComm_t comm, chorusStream_t stream)
+{
+    OP(COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0);
+}
+
+chorusResult_t chorusAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                              chorusDataType_t datatype, chorusComm_t comm,
+                              chorusStream_t stream)
+{
+    OP(COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, chorusSum, 0);
+}
+
+chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype,
+                          int peer, chorusComm_t comm, chorusStream_t stream)
+{
+    OP(COLL_SEND, sendbuff, NULL, count, datatype, chorusSum, peer);
+}
+
+chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, chorusStream_t stream)
+{
+    OP(COLL_RECV, NULL, recvbuff, count, datatype, chorusSum, peer);
+}

@@ -1,0 +1,433 @@
+/*
+ * init.c: a communicator's birth: unique ids, rendezvous, peer info, rings and their connections.
+ *
+ * chorusCommInitRank: read the environment into the communicator, meet the other ranks through the
+ * bootstrap, all-gather peer info (host id, pid), build one ring per channel and connect each
+ * channel's send and recv ends, then a barrier so no rank leaves before all are connected.
+ * chorusCommInitAll runs the same on one thread per rank; chorusCommInitEnv derives the id from
+ * environment variables (torchrun's too).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "debug.h"
+
+static uint64_t fnv1a(const char *s, uint64_t h)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->rank = comm->rank;
+    info->pid = (int32_t)getpid();
+    info->cuda_dev = -1;
+    info->numa_node = -1;
+    if (comm->params.hostid[0] != '\0') {
+        snprintf(info->hostid, sizeof(info->hostid), "%s", comm->params.hostid);
+    } else {
+        char host[64] = "", boot_id[64] = "";
+        gethostname(host, sizeof(host) - 1);
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+        if (f != NULL) {
+            if (fgets(boot_id, sizeof(boot_id), f) == NULL)
+                boot_id[0] = '\0';
+            fclose(f);
+            boot_id[strcspn(boot_id, "\n")] = '\0';
+        }
+        snprintf(info->hostid, sizeof(info->hostid), "%s/%s", host, boot_id);
+    }
+    info->hostid_hash = fnv1a(info->hostid, 0xcbf29ce484222325ull);
+}
+
+/* Apply config fields that are set (not CHORUS_CONFIG_UNDEF_INT) over the environment's values. */
+static chorusResult_t apply_config(chorusComm_t comm, const chorusConfig_t *config)
+{
+    if (config == NULL)
+        return chorusSuccess;
+    if (config->magic != CHORUS_CONFIG_MAGIC || config->size < offsetof(chorusConfig_t, netName))
+        return ERR(chorusInvalidArgument, SUB_INIT,
+                   "config was not initialized with CHORUS_CONFIG_INITIALIZER");
+    if (config->blocking != CHORUS_CONFIG_UNDEF_INT && config->blocking != 1 &&
+        config->blocking != 0)
+        return ERR(chorusInvalidArgument, SUB_INIT, "config->blocking=%d: allowed 0 or 1",
+                   config->blocking);
+    if (config->timeoutMs != CHORUS_CONFIG_UNDEF_INT) {
+        if (config->timeoutMs <= 0)
+            return ERR(chorusInvalidArgument, SUB_INIT,
+                       "config->timeoutMs=%d: must be a positive number of ms", config->timeoutMs);
+        comm->params.timeout_ms = config->timeoutMs;
+    }
+    if (config->minChannels != CHORUS_CONFIG_UNDEF_INT) {
+        if (config->minChannels < 1 || config->minChannels > MAX_CHANNELS)
+            return ERR(chorusInvalidArgument, SUB_INIT, "config->minChannels=%d: allowed 1..%d",
+                       config->minChannels, MAX_CHANNELS);
+        comm->params.min_nchannels = config->minChannels;
+    }
+    if (config->maxChannels != CHORUS_CONFIG_UNDEF_INT) {
+        if (config->maxChannels < 1 || config->maxChannels > MAX_CHANNELS)
+            return ERR(chorusInvalidArgument, SUB_INIT, "config->maxChannels=%d: allowed 1..%d",
+                       config->maxChannels, MAX_CHANNELS);
+        comm->params.max_nchannels = config->maxChannels;
+    }
+    if (comm->params.min_nchannels > comm->params.max_nchannels)
+        return ERR(chorusInvalidArgument, SUB_INIT, "minChannels %lld is above maxChannels %lld",
+                   (long long)comm->params.min_nchannels, (long long)comm->params.max_nchannels);
+    return chorusSuccess;
+}
+
+static chorusResult_t check_fifo_params(const params_t *p)
+{
+    int64_t slot = p->buffsize / p->steps, p2p_slot = p->p2p_buffsize / p->steps;
+    if (slot < 64 || slot % 64 != 0 || p2p_slot < 64 || p2p_slot % 64 != 0)
+        return ERR(chorusInvalidArgument, SUB_ENV,
+                   "CHORUS_BUFFSIZE=%lld and CHORUS_P2P_BUFFSIZE=%lld must each split into "
+                   "CHORUS_STEPS=%lld slots that are multiples of 64 bytes",
+                   (long long)p->buffsize, (long long)p->p2p_buffsize, (long long)p->steps);
+    return chorusSuccess;
+}
+
+/* Build rings and connect every channel's ends. */
+static chorusResult_t setup_channels(chorusComm_t comm)
+{
+    int n = comm->nranks;
+    int *host_of = malloc(sizeof(int) * n);
+    conn_req_t *reqs = malloc(sizeof(conn_req_t) * 2 * comm->nchannels);
+    chorusResult_t res = chorusSuccess;
+    if (host_of == NULL || reqs == NULL) {
+        res = ERR(chorusSystemError, SUB_INIT, "out of memory");
+        goto out;
+    }
+    int nhosts = 0;
+    for (int r = 0; r < n; r++) {
+        host_of[r] = -1;
+        for (int q = 0; q < r && host_of[r] < 0; q++)
+            if (comm->peers[q].hostid_hash == comm->peers[r].hostid_hash)
+                host_of[r] = host_of[q];
+        if (host_of[r] < 0)
+            host_of[r] = nhosts++;
+    }
+    int nreq = 0;
+    size_t slot = (size_t)(comm->params.buffsize / comm->params.steps);
+    for (int c = 0; c < comm->nchannels; c++) {
+        channel_t *ch = &comm->channels[c];
+        CHECK_GOTO(graph_build_ring(n, comm->rank, host_of, &ch->ring), res, out);
+        if (n == 1)
+            continue;
+        int next = ch->ring.ranks[(ch->ring.index + 1) % n];
+        int prev = ch->ring.ranks[(ch->ring.index - 1 + n) % n];
+        reqs[nreq++] = (conn_req_t){CONN_SEND, next, c, slot, &ch->send};
+        reqs[nreq++] = (conn_req_t){CONN_RECV, prev, c, slot, &ch->recv};
+    }
+    CHECK_GOTO(comm_connect(comm, reqs, nreq), res, out);
+    INFO(SUB_INIT, "%d ranks on %d host(s), %d channel(s), FIFO %lld x %zu bytes", n, nhosts,
+         comm->nchannels, (long long)comm->params.steps, slot);
+out:
+    free(host_of);
+    free(reqs);
+    return res;
+}
+
+chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, int rank,
+                         const chorusConfig_t *config)
+{
+    chorusResult_t res;
+    debug_set_rank(rank);
+    CHECK(debug_init());
+    chorusComm_t comm = calloc(1, sizeof(*comm));
+    if (comm == NULL)
+        return ERR(chorusSystemError, SUB_INIT, "out of memory");
+    comm->magic = COMM_MAGIC;
+    comm->rank = rank;
+    comm->nranks = nranks;
+    pthread_mutex_init(&comm->exec_lock, NULL);
+    pthread_mutex_init(&comm->state_lock, NULL);
+    pthread_cond_init(&comm->state_cv, NULL);
+    CHECK_GOTO(params_load(&comm->params), res, err);
+    CHECK_GOTO(apply_config(comm, config), res, err);
+    CHECK_GOTO(check_fifo_params(&comm->params), res, err);
+    comm->timeout_ms = comm->params.timeout_ms;
+    if (comm->params.nchannels > 0) {
+        comm->nchannels = (int)comm->params.nchannels;
+        comm->nchannels_forced = 1;
+    } else {
+        comm->nchannels = 1;
+    }
+    if (comm->nchannels < comm->params.min_nchannels)
+        comm->nchannels = (int)comm->params.min_nchannels;
+    if (comm->nchannels > comm->params.max_nchannels)
+        comm->nchannels = (int)comm->params.max_nchannels;
+
+    CHECK_GOTO(boot_init(id, rank, nranks, comm->params.socket_ifname, comm->timeout_ms,
+                         &comm->abort_flag, &comm->boot),
+               res, err);
+    comm->peers = calloc(nranks, sizeof(peer_info_t));
+    comm->p2p_send = calloc(nranks, sizeof(comm_conn_t));
+    comm->p2p_recv = calloc(nranks, sizeof(comm_conn_t));
+    if (comm->peers == NULL || comm->p2p_send == NULL || comm->p2p_recv == NULL) {
+        res = ERR(chorusSystemError, SUB_INIT, "out of memory for %d ranks", nranks);
+        goto err;
+    }
+    fill_peer_info(comm, &comm->peers[rank]);
+    CHECK_GOTO(boot_allgather(comm->boot, comm->peers, sizeof(peer_info_t)), res, err);
+    for (int r = 0; r < nranks; r++)
+        if (comm->peers[r].rank != r) {
+            res = ERR(chorusInternalError, SUB_INIT, "peer info of rank %d says rank %d", r,
+                      comm->peers[r].rank);
+            goto err;
+        }
+    CHECK_GOTO(setup_channels(comm), res, err);
+    CHECK_GOTO(exec_pool_create(comm->nchannels - 1, &comm->pool), res, err);
+    CHECK_GOTO(boot_barrier(comm->boot), res, err);
+    INFO(SUB_INIT, "communicator ready: rank %d of %d, pid %d, host %s", rank, nranks,
+         (int)getpid(), comm->peers[rank].hostid);
+    *comm_p = comm;
+    return chorusSuccess;
+err:
+    comm_free(comm);
+    return res;
+}
+
+void comm_free(chorusComm_t comm)
+{
+    if (comm == NULL)
+        return;
+    exec_pool_destroy(comm->pool);
+    for (int c = 0; c < MAX_CHANNELS; c++) {
+        comm_conn_close(&comm->channels[c].send);
+        comm_conn_close(&comm->channels[c].recv);
+        graph_free_ring(&comm->channels[c].ring);
+    }
+    for (int r = 0; comm->p2p_send && r < comm->nranks; r++) {
+        comm_conn_close(&comm->p2p_send[r]);
+        comm_conn_close(&comm->p2p_recv[r]);
+    }
+    boot_close(comm->boot);
+    free(comm->peers);
+    free(comm->p2p_send);
+    free(comm->p2p_recv);
+    pthread_mutex_destroy(&comm->exec_lock);
+    pthread_mutex_destroy(&comm->state_lock);
+    pthread_cond_destroy(&comm->state_cv);
+    comm->magic = COMM_DEAD_MAGIC;
+    free(comm);
+}
+
+chorusResult_t chorusGetUniqueId(chorusUniqueId *uniqueId)
+{
+    debug_clear_error();
+    CHECK(debug_init());
+    if (uniqueId == NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT, "chorusGetUniqueId: uniqueId is NULL");
+    params_t p;
+    CHECK(params_load(&p));
+    boot_id_t id;
+    CHECK(boot_new_id(p.socket_ifname, p.timeout_ms, &id));
+    memset(uniqueId, 0, sizeof(*uniqueId));
+    memcpy(uniqueId->internal, &id, sizeof(id));
+    return chorusSuccess;
+}
+
+static chorusResult_t init_rank_checked(chorusComm_t *comm, int nranks, chorusUniqueId commId,
+                                        int rank, chorusConfig_t *config)
+{
+    debug_clear_error();
+    if (comm == NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT, "comm (the output pointer) is NULL");
+    if (nranks < 1)
+        return ERR(chorusInvalidArgument, SUB_INIT, "nranks=%d: must be at least 1", nranks);
+    if (rank < 0 || rank >= nranks)
+        return ERR(chorusInvalidArgument, SUB_INIT, "rank=%d is outside 0..%d (nranks-1)", rank,
+                   nranks - 1);
+    boot_id_t id;
+    memcpy(&id, commId.internal, sizeof(id));
+    return comm_init(comm, nranks, &id, rank, config);
+}
+
+chorusResult_t chorusCommInitRank(chorusComm_t *comm, int nranks, chorusUniqueId commId, int rank)
+{
+    return init_rank_checked(comm, nranks, commId, rank, NULL);
+}
+
+chorusResult_t chorusCommInitRankConfig(chorusComm_t *comm, int nranks, chorusUniqueId commId,
+                                        int rank, chorusConfig_t *config)
+{
+    return init_rank_checked(comm, nranks, commId, rank, config);
+}
+
+typedef struct init_all_arg {
+    chorusComm_t *comm_p;
+    int nranks, rank;
+    boot_id_t id;
+    chorusResult_t res;
+    char error[1024];
+} init_all_arg_t;
+
+static void *init_all_thread(void *arg)
+{
+    init_all_arg_t *a = arg;
+    a->res = comm_init(a->comm_p, a->nranks, &a->id, a->rank, NULL);
+    if (a->res != chorusSuccess)
+        snprintf(a->error, sizeof(a->error), "%s", debug_last_error());
+    return NULL;
+}
+
+chorusResult_t chorusCommInitAll(chorusComm_t *comms, int ndev, const int *devlist)
+{
+    debug_clear_error();
+    CHECK(debug_init());
+    if (comms == NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT, "chorusCommInitAll: comms is NULL");
+    if (ndev < 1)
+        return ERR(chorusInvalidArgument, SUB_INIT, "chorusCommInitAll: ndev=%d must be >= 1",
+                   ndev);
+    if (devlist != NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT,
+                   "chorusCommInitAll: devlist names CUDA devices but this build of Chorus has "
+                   "no CUDA support; pass devlist=NULL for host ranks");
+    chorusUniqueId uid;
+    CHECK(chorusGetUniqueId(&uid));
+    init_all_arg_t *args = calloc(ndev, sizeof(*args));
+    pthread_t *threads = calloc(ndev, sizeof(*threads));
+    if (args == NULL || threads == NULL) {
+        free(args);
+        free(threads);
+        return ERR(chorusSystemError, SUB_INIT, "out of memory");
+    }
+    chorusResult_t res = chorusSuccess;
+    int started = 0;
+    for (int i = 0; i < ndev; i++) {
+        comms[i] = NULL;
+        args[i] = (init_all_arg_t){.comm_p = &comms[i], .nranks = ndev, .rank = i};
+        memcpy(&args[i].id, uid.internal, sizeof(boot_id_t));
+        int rc = pthread_create(&threads[i], NULL, init_all_thread, &args[i]);
+        if (rc != 0) {
+            res = ERR(chorusSystemError, SUB_INIT, "pthread_create: %s", strerror(rc));
+            break;
+        }
+        started++;
+    }
+    for (int i = 0; i < started; i++) {
+        pthread_join(threads[i], NULL);
+        if (args[i].res != chorusSuccess && res == chorusSuccess) {
+            res = args[i].res;
+            ERR(res, SUB_INIT, "chorusCommInitAll: rank %d failed: %s", i, args[i].error);
+        }
+    }
+    if (res != chorusSuccess)
+        for (int i = 0; i < ndev; i++) {
+            comm_free(comms[i]);
+            comms[i] = NULL;
+        }
+    free(args);
+    free(threads);
+    return res;
+}
+
+/* host:port, [v6]:port */
+static chorusResult_t parse_hostport(const char *var, const char *text, char *host, size_t len,
+                                     int *port_p)
+{
+    const char *colon = strrchr(text, ':');
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (colon == NULL || colon == text || end == colon + 1 || *end != '\0' || port < 1 ||
+        port > 65535)
+        return ERR(chorusInvalidArgument, SUB_ENV,
+                   "environment variable %s=\"%s\" is not host:port (port 1..65535)", var, text);
+    size_t hl = (size_t)(colon - text);
+    if (text[0] == '[' && hl >= 2 && text[hl - 1] == ']') {
+        text++;
+        hl -= 2;
+    }
+    if (hl >= len)
+        return ERR(chorusInvalidArgument, SUB_ENV, "%s: host name too long", var);
+    memcpy(host, text, hl);
+    host[hl] = '\0';
+    *port_p = (int)port;
+    return chorusSuccess;
+}
+
+chorusResult_t chorusCommInitEnv(chorusComm_t *comm)
+{
+    debug_clear_error();
+    CHECK(debug_init());
+    if (comm == NULL)
+        return ERR(chorusInvalidArgument, SUB_INIT, "chorusCommInitEnv: comm is NULL");
+    int64_t rank = 0, nranks = 0, port = 0;
+    int have_rank, have_nranks, have_port = 0;
+    char host[256], root_text[300];
+    CHECK(params_get_int("CHORUS_RANK", 0, 1 << 30, &rank, &have_rank));
+    CHECK(params_get_int("CHORUS_NRANKS", 1, 1 << 30, &nranks, &have_nranks));
+    const char *root = params_raw("CHORUS_ROOT");
+    const char *rank_var = "CHORUS_RANK", *nranks_var = "CHORUS_NRANKS";
+    if (have_rank || have_nranks || root != NULL) {
+        if (!have_rank || !have_nranks || root == NULL || root[0] == '\0')
+            return ERR(chorusInvalidArgument, SUB_ENV,
+                       "chorusCommInitEnv needs all of CHORUS_RANK, CHORUS_NRANKS and "
+                       "CHORUS_ROOT=host:port (found %s%s%s)", have_rank ? "CHORUS_RANK " : "",
+                       have_nranks ? "CHORUS_NRANKS " : "", root ? "CHORUS_ROOT" : "");
+        int p = 0;
+        CHECK(parse_hostport("CHORUS_ROOT", root, host, sizeof(host), &p));
+        port = p;
+    } else {
+        rank_var = "RANK";
+        nranks_var = "WORLD_SIZE";
+        CHECK(params_get_int("RANK", 0, 1 << 30, &rank, &have_rank));
+        CHECK(params_get_int("WORLD_SIZE", 1, 1 << 30, &nranks, &have_nranks));
+        CHECK(params_get_int("MASTER_PORT", 1, 65535, &port, &have_port));
+        const char *addr = params_raw("MASTER_ADDR");
+        if (!have_rank || !have_nranks || !have_port || addr == NULL || addr[0] == '\0')
+            return ERR(chorusInvalidArgument, SUB_ENV,
+                       "chorusCommInitEnv: set CHORUS_RANK, CHORUS_NRANKS and CHORUS_ROOT, or "
+                       "torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
+        snprintf(host, sizeof(host), "%s", addr);
+    }
+    if (rank >= nranks)
+        return ERR(chorusInvalidArgument, SUB_ENV, "%s=%lld is not below %s=%lld", rank_var,
+                   (long long)rank, nranks_var, (long long)nranks);
+    snprintf(root_text, sizeof(root_text), "%s:%lld", host, (long long)port);
+    params_t p;
+    CHECK(params_load(&p));
+    boot_id_t id;
+    memset(&id, 0, sizeof(id));
+    id.magic = BOOT_MAGIC;
+    CHECK(sock_resolve(host, (int)port, &id.root));
+    /* Every rank must present the same secret; without a way to carry a random one, it comes
+     * from CHORUS_SECRET or, failing that, from the job's own coordinates. */
+    const char *secret = params_raw("CHORUS_SECRET");
+    if (secret != NULL && secret[0] != '\0') {
+        char *end = NULL;
+        errno = 0;
+        id.secret = strtoull(secret, &end, 16);
+        if (errno != 0 || end == secret || *end != '\0')
+            return ERR(chorusInvalidArgument, SUB_ENV,
+                       "environment variable CHORUS_SECRET=\"%s\" is not a hex number", secret);
+    } else {
+        char buf[400];
+        snprintf(buf, sizeof(buf), "%s/%lld", root_text, (long long)nranks);
+        id.secret = fnv1a(buf, 0xcbf29ce484222325ull);
+    }
+    if (rank == 0) {
+        /* Listen on every address of the root's family: the name may resolve to any of them. */
+        sock_addr_t any = id.root;
+        if (any.sa.sa_family == AF_INET)
+            any.sin.sin_addr.s_addr = htonl(INADDR_ANY);
+        else
+            any.sin6.sin6_addr = in6addr_any;
+        boot_id_t served;
+        CHECK(boot_root_start(&any, id.secret, p.timeout_ms, &served));
+    }
+    return comm_init(comm, (int)nranks, &id, (int)rank, NULL);
+}

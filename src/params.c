@@ -1,0 +1,188 @@
+/*
+ * params.c: the one table of environment variables, and the only getenv() in the library.
+ *
+ * Integer values accept a K/M/G suffix (powers of 1024) where the table says "bytes". A value that
+ * does not parse, or is out of range, is an error naming the variable and what is allowed.
+ */
+#include "params.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "debug.h"
+
+typedef enum { PT_INT, PT_BYTES, PT_STR } param_type_t;
+
+typedef struct param_def {
+    const char *name;
+    param_type_t type;
+    const char *def; /* default as text ("" for none) */
+    int64_t min, max;
+    ptrdiff_t offset; /* into params_t; -1: read elsewhere (process-wide or init-only) */
+    const char *doc;
+} param_def_t;
+
+#define OFF(field) ((ptrdiff_t)offsetof(params_t, field))
+#define NONE ((ptrdiff_t)-1)
+#define BIG ((int64_t)1 << 40)
+
+static const param_def_t param_table[] = {
+    {"CHORUS_DEBUG", PT_STR, "WARN", 0, 0, NONE,
+     "log level: VERSION, WARN, INFO (also lists the variables set), TRACE"},
+    {"CHORUS_DEBUG_SUBSYS", PT_STR, "ALL", 0, 0, NONE,
+     "comma list of INIT,COLL,P2P,SHM,NET,BOOT,ENV,ALLOC,ALL; ^ in front excludes"},
+    {"CHORUS_DEBUG_FILE", PT_STR, "", 0, 0, NONE,
+     "write logs to this file instead of stderr (%h: host, %p: pid)"},
+    {"CHORUS_TIMEOUT_MS", PT_INT, "600000", 1, BIG, OFF(timeout_ms),
+     "deadline of every wait in ms; a peer silent that long fails the call with chorusTimeout"},
+    {"CHORUS_NCHANNELS", PT_INT, "0", 0, 32, OFF(nchannels),
+     "channels (rings) per collective; 0: automatic"},
+    {"CHORUS_MIN_NCHANNELS", PT_INT, "1", 1, 32, OFF(min_nchannels), "lower bound on channels"},
+    {"CHORUS_MAX_NCHANNELS", PT_INT, "32", 1, 32, OFF(max_nchannels), "upper bound on channels"},
+    {"CHORUS_BUFFSIZE", PT_BYTES, "4M", 64, 1 << 30, OFF(buffsize),
+     "bytes of one collective FIFO (CHORUS_STEPS slots); a slot is the pipelining slice"},
+    {"CHORUS_P2P_BUFFSIZE", PT_BYTES, "1M", 64, 1 << 30, OFF(p2p_buffsize),
+     "bytes of one send/recv FIFO"},
+    {"CHORUS_STEPS", PT_INT, "8", 2, 64, OFF(steps), "slots per FIFO"},
+    {"CHORUS_SPIN", PT_INT, "2000", 0, BIG, OFF(spin),
+     "polls of a FIFO counter before the waiter sleeps on a futex"},
+    {"CHORUS_SOCKET_IFNAME", PT_STR, "", 0, 0, OFF(socket_ifname),
+     "bootstrap interface: prefix list (eth,ib), ^ excludes, = exact; default: first up non-lo"},
+    {"CHORUS_HOSTID", PT_STR, "", 0, 0, OFF(hostid),
+     "override this rank's host identity (simulate several hosts on one machine)"},
+    {"CHORUS_RANK", PT_INT, "", 0, 1 << 30, NONE, "chorusCommInitEnv: this rank"},
+    {"CHORUS_NRANKS", PT_INT, "", 1, 1 << 30, NONE, "chorusCommInitEnv: number of ranks"},
+    {"CHORUS_ROOT", PT_STR, "", 0, 0, NONE,
+     "chorusCommInitEnv: host:port where rank 0 listens for the rendezvous"},
+    {"CHORUS_SECRET", PT_STR, "", 0, 0, NONE,
+     "chorusCommInitEnv: shared 64-bit hex secret every rank must present (default: derived)"},
+    {"RANK", PT_INT, "", 0, 1 << 30, NONE, "torchrun: this rank (when CHORUS_RANK is unset)"},
+    {"WORLD_SIZE", PT_INT, "", 1, 1 << 30, NONE, "torchrun: number of ranks"},
+    {"MASTER_ADDR", PT_STR, "", 0, 0, NONE, "torchrun: rank 0's host"},
+    {"MASTER_PORT", PT_INT, "", 1, 65535, NONE, "torchrun: rendezvous port on MASTER_ADDR"},
+};
+#define NPARAMS ((int)(sizeof(param_table) / sizeof(param_table[0])))
+
+static const param_def_t *param_find(const char *name)
+{
+    for (int i = 0; i < NPARAMS; i++)
+        if (strcmp(param_table[i].name, name) == 0)
+            return &param_table[i];
+    return NULL;
+}
+
+const char *params_raw(const char *name)
+{
+    if (param_find(name) == NULL)
+        return NULL;
+    return getenv(name);
+}
+
+/* Parse text as an integer with an optional K/M/G suffix when bytes is set. */
+static chorusResult_t parse_int(const param_def_t *d, const char *text, int64_t *value_p)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 0);
+    if (errno != 0 || end == text)
+        goto bad;
+    if (d->type == PT_BYTES && *end != '\0') {
+        int64_t mult = 0;
+        switch (*end) {
+        case 'k': case 'K': mult = 1 << 10; break;
+        case 'm': case 'M': mult = 1 << 20; break;
+        case 'g': case 'G': mult = 1 << 30; break;
+        }
+        if (mult == 0)
+            goto bad;
+        end++;
+        if (*end == 'B' || *end == 'b')
+            end++;
+        v *= mult;
+    }
+    if (*end != '\0')
+        goto bad;
+    if (v < d->min || v > d->max)
+        return ERR(chorusInvalidArgument, SUB_ENV,
+                   "environment variable %s=%s is out of range: allowed %lld..%lld", d->name, text,
+                   (long long)d->min, (long long)d->max);
+    *value_p = v;
+    return chorusSuccess;
+bad:
+    return ERR(chorusInvalidArgument, SUB_ENV,
+               "environment variable %s=\"%s\" is not %s", d->name, text,
+               d->type == PT_BYTES ? "a byte count (digits with an optional K, M or G suffix)"
+                                   : "an integer");
+}
+
+chorusResult_t params_get_int(const char *name, int64_t min, int64_t max, int64_t *value_p,
+                              int *set_p)
+{
+    const param_def_t *d = param_find(name);
+    if (d == NULL || d->type == PT_STR)
+        return ERR(chorusInternalError, SUB_ENV, "%s is not an integer variable of the table",
+                   name);
+    const char *text = getenv(name);
+    int64_t v = 0;
+    if (text == NULL || text[0] == '\0') {
+        *set_p = 0;
+        return chorusSuccess;
+    }
+    param_def_t bounded = *d;
+    bounded.min = min > d->min ? min : d->min;
+    bounded.max = max < d->max ? max : d->max;
+    CHECK(parse_int(&bounded, text, &v));
+    *value_p = v;
+    *set_p = 1;
+    return chorusSuccess;
+}
+
+chorusResult_t params_load(params_t *params_p)
+{
+    params_t p;
+    memset(&p, 0, sizeof(p));
+    for (int i = 0; i < NPARAMS; i++) {
+        const param_def_t *d = &param_table[i];
+        if (d->offset == NONE)
+            continue;
+        const char *text = getenv(d->name);
+        int set = text != NULL && text[0] != '\0';
+        if (!set)
+            text = d->def;
+        char *field = (char *)&p + d->offset;
+        if (d->type == PT_STR) {
+            if (strlen(text) >= PARAM_STR_MAX)
+                return ERR(chorusInvalidArgument, SUB_ENV,
+                           "environment variable %s is longer than %d characters", d->name,
+                           PARAM_STR_MAX - 1);
+            strcpy(field, text);
+        } else {
+            CHECK(parse_int(d, text, (int64_t *)(void *)field));
+        }
+    }
+    if (p.min_nchannels > p.max_nchannels)
+        return ERR(chorusInvalidArgument, SUB_ENV,
+                   "CHORUS_MIN_NCHANNELS=%lld is above CHORUS_MAX_NCHANNELS=%lld",
+                   (long long)p.min_nchannels, (long long)p.max_nchannels);
+    *params_p = p;
+    return chorusSuccess;
+}
+
+void params_log_set(void)
+{
+    for (int i = 0; i < NPARAMS; i++) {
+        const char *v = getenv(param_table[i].name);
+        if (v != NULL)
+            INFO(SUB_ENV, "%s set by environment to %s", param_table[i].name, v);
+    }
+}
+
+void params_print_table(FILE *out)
+{
+    fprintf(out, "| variable | default | meaning |\n|---|---|---|\n");
+    for (int i = 0; i < NPARAMS; i++)
+        fprintf(out, "| `%s` | %s | %s |\n", param_table[i].name,
+                param_table[i].def[0] ? param_table[i].def : "unset", param_table[i].doc);
+}

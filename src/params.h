@@ -1,0 +1,45 @@
+/*
+ * params.h: the one table of environment variables.
+ *
+ * Every variable Chorus reads is declared once in params.c with its type, default and a one-line
+ * doc; getenv() appears only there. Values are read into a params_t owned by each communicator,
+ * so two communicators in one process can differ. A malformed value is an error that names the
+ * variable; it never falls back silently to the default.
+ */
+#ifndef CHORUS_PARAMS_H
+#define CHORUS_PARAMS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "chorus.h"
+
+#define PARAM_STR_MAX 256
+
+typedef struct params {
+    int64_t nchannels;     /* CHORUS_NCHANNELS; 0: automatic */
+    int64_t min_nchannels; /* CHORUS_MIN_NCHANNELS */
+    int64_t max_nchannels; /* CHORUS_MAX_NCHANNELS */
+    int64_t buffsize;      /* CHORUS_BUFFSIZE: bytes of one collective FIFO (all steps) */
+    int64_t p2p_buffsize;  /* CHORUS_P2P_BUFFSIZE: bytes of one send/recv FIFO */
+    int64_t steps;         /* CHORUS_STEPS: slots per FIFO */
+    int64_t timeout_ms;    /* CHORUS_TIMEOUT_MS: deadline of every wait */
+    int64_t spin;          /* CHORUS_SPIN: polls before a wait sleeps */
+    char socket_ifname[PARAM_STR_MAX]; /* CHORUS_SOCKET_IFNAME */
+    char hostid[PARAM_STR_MAX];        /* CHORUS_HOSTID */
+} params_t;
+
+/* Read every communicator-level variable into *params_p (defaults where unset). */
+chorusResult_t params_load(params_t *params_p);
+/* Raw value of a variable declared in the table (NULL when unset). Names outside the table are a
+ * programming error and return NULL. */
+const char *params_raw(const char *name);
+/* Parse helpers that report the variable by name on a malformed value. */
+chorusResult_t params_get_int(const char *name, int64_t min, int64_t max, int64_t *value_p,
+                              int *set_p);
+/* Log (at INFO) every variable of the table that is set. */
+void params_log_set(void);
+/* Print the table (name, default, doc) as Markdown rows: used to write the README's table. */
+void params_print_table(FILE *out);
+
+#endif /* CHORUS_PARAMS_H */

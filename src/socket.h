@@ -1,0 +1,39 @@
+/*
+ * socket.h: TCP helpers for the bootstrap: interface choice, listen, connect, and reads and
+ * writes that honour a deadline. Every blocking call polls with a deadline; none waits forever.
+ */
+#ifndef CHORUS_SOCKET_H
+#define CHORUS_SOCKET_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "chorus.h"
+
+typedef union sock_addr {
+    struct sockaddr sa;
+    struct sockaddr_in sin;
+    struct sockaddr_in6 sin6;
+} sock_addr_t;
+_Static_assert(sizeof(sock_addr_t) == 28, "sock_addr_t is a wire format");
+
+/* Pick the address to listen on: CHORUS_SOCKET_IFNAME spec (NCCL syntax: prefixes, ^ excludes,
+ * = exact), else the first up non-loopback interface, else loopback. Port 0. */
+chorusResult_t sock_pick_addr(const char *ifname_spec, sock_addr_t *addr_p, char *ifname_p,
+                              size_t ifname_len);
+/* Resolve "host" and port into an address. */
+chorusResult_t sock_resolve(const char *host, int port, sock_addr_t *addr_p);
+/* Listen on addr (port 0: any free port); *bound_p is the address peers should connect to. */
+chorusResult_t sock_listen(const sock_addr_t *addr, int *fd_p, sock_addr_t *bound_p);
+/* Connect to addr, retrying refused attempts until deadline (the listener may come up later). */
+chorusResult_t sock_connect(const sock_addr_t *addr, int64_t deadline_ns,
+                            const volatile uint32_t *abort_flag, int *fd_p);
+chorusResult_t sock_send_all(int fd, const void *buf, size_t nbytes, int64_t deadline_ns);
+chorusResult_t sock_recv_all(int fd, void *buf, size_t nbytes, int64_t deadline_ns);
+/* "a.b.c.d:port" (or [v6]:port) for logs. */
+const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len);
+int sock_addr_port(const sock_addr_t *addr);
+
+#endif /* CHORUS_SOCKET_H */
