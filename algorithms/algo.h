@@ -80,9 +80,9 @@ void graph_free_ring(ring_t *ring);
 
 /* Point-to-point: one rank's sends and receives of a group, progressed together. */
 typedef struct p2p_op {
-    conn_t *conn;      /* NULL for a self send/recv */
+    conn_t *conn; /* NULL for a self send/recv */
     int peer;
-    char *buf;         /* const for sends */
+    char *buf; /* const for sends */
     size_t nbytes;
     size_t done;
 } p2p_op_t;

@@ -97,7 +97,8 @@ chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
         if (idle < 64)
             continue;
         if (w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE))
-            return ERR(chorusRemoteError, SUB_P2P, "send/recv stopped: the communicator was "
+            return ERR(chorusRemoteError, SUB_P2P,
+                       "send/recv stopped: the communicator was "
                        "aborted");
         int64_t now = fifo_now_ns();
         if (now - last_progress > w->timeout_ns) {

@@ -2,9 +2,10 @@
  * chorus.h: the public face of Chorus, a collective-communication library.
  *
  * The API has NCCL's shape and names with "chorus" for "nccl": a user of NCCL should guess every
- * name right, and a nccl* -> chorus* shim is a table of one-liners (enumerator values match NCCL's).
- * No CUDA or MPI header is needed to include this file. Every call returns chorusResult_t; no call
- * prints to stdout or exits the process. On failure chorusGetLastError() says what went wrong.
+ * name right, and a nccl* -> chorus* shim is a table of one-liners (enumerator values match
+ * NCCL's). No CUDA or MPI header is needed to include this file. Every call returns chorusResult_t;
+ * no call prints to stdout or exits the process. On failure chorusGetLastError() says what went
+ * wrong.
  */
 #ifndef CHORUS_H
 #define CHORUS_H
@@ -22,7 +23,8 @@ extern "C" {
 #define CHORUS_VERSION_CODE (CHORUS_MAJOR * 10000 + CHORUS_MINOR * 100 + CHORUS_PATCH)
 
 #define CHORUS_UNIQUE_ID_BYTES 128
-/* The rendezvous id: rank 0 makes it, the user carries it to every rank (MPI_Bcast, a file, ...). */
+/* The rendezvous id: rank 0 makes it, the user carries it to every rank (MPI_Bcast, a file, ...).
+ */
 typedef struct {
     char internal[CHORUS_UNIQUE_ID_BYTES];
 } chorusUniqueId;
@@ -77,13 +79,13 @@ typedef enum {
 /* Communicator options. Initialize with CHORUS_CONFIG_INITIALIZER; every field left at its
  * initializer value means "use the default" (the environment, then the built-in default). */
 typedef struct {
-    size_t size;      /* set by the initializer: sizeof(chorusConfig_t) */
-    unsigned magic;   /* set by the initializer */
+    size_t size; /* set by the initializer: sizeof(chorusConfig_t) */
+    unsigned magic; /* set by the initializer */
     unsigned version; /* set by the initializer: CHORUS_VERSION_CODE */
-    int blocking;     /* 1: init blocks until connected (the only mode so far) */
-    int timeoutMs;    /* deadline of every wait, in ms (CHORUS_TIMEOUT_MS) */
-    int minChannels;  /* lower bound on channels (CHORUS_MIN_NCHANNELS) */
-    int maxChannels;  /* upper bound on channels (CHORUS_MAX_NCHANNELS) */
+    int blocking; /* 1: init blocks until connected (the only mode so far) */
+    int timeoutMs; /* deadline of every wait, in ms (CHORUS_TIMEOUT_MS) */
+    int minChannels; /* lower bound on channels (CHORUS_MIN_NCHANNELS) */
+    int maxChannels; /* upper bound on channels (CHORUS_MAX_NCHANNELS) */
     const char *netName; /* reserved: net plugin to use ("Socket", "IB"); NULL: automatic */
 } chorusConfig_t;
 
@@ -142,17 +144,15 @@ chorusResult_t chorusReduce(const void *sendbuff, void *recvbuff, size_t count,
                             chorusDataType_t datatype, chorusRedOp_t op, int root,
                             chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                               chorusDataType_t datatype, chorusComm_t comm,
-                               chorusStream_t stream);
+                               chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                   chorusDataType_t datatype, chorusRedOp_t op,
-                                   chorusComm_t comm, chorusStream_t stream);
+                                   chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                   chorusStream_t stream);
 /* count elements to and from every peer. */
 chorusResult_t chorusAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                              chorusDataType_t datatype, chorusComm_t comm,
-                              chorusStream_t stream);
-chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype,
-                          int peer, chorusComm_t comm, chorusStream_t stream);
+                              chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatype, int peer,
                           chorusComm_t comm, chorusStream_t stream);
 /* Calls between GroupStart and GroupEnd are issued together at GroupEnd (nestable). */

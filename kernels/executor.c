@@ -25,11 +25,11 @@ struct exec_pool {
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     uint64_t generation; /* bumped per operation */
-    int ntasks;          /* tasks of the current operation, task 0 in the caller */
+    int ntasks; /* tasks of the current operation, task 0 in the caller */
     exec_fn_t fn;
     char *args;
     size_t stride;
-    int pending;         /* worker tasks not yet finished */
+    int pending; /* worker tasks not yet finished */
     chorusResult_t first_error;
     int stop;
     int debug_rank;

@@ -5,9 +5,9 @@
  * tail (slots filled, written only by the producer) and head (slots freed, written only by the
  * consumer), and sizes[slot]. Producer: wait until tail - head < steps, write slot tail % steps,
  * store its size, release-store tail + 1. Consumer: acquire-load until tail > head, use the slot,
- * release-store head + 1. Waits spin, then sleep on a futex on the counter's low 32-bit word (shared
- * futexes work across processes on one shm mapping); the writer wakes only when a waiter said it
- * sleeps. Every wait checks the abort flag and a deadline.
+ * release-store head + 1. Waits spin, then sleep on a futex on the counter's low 32-bit word
+ * (shared futexes work across processes on one shm mapping); the writer wakes only when a waiter
+ * said it sleeps. Every wait checks the abort flag and a deadline.
  */
 #ifndef CHORUS_FIFO_H
 #define CHORUS_FIFO_H
@@ -22,28 +22,28 @@
 /* The shared control block; lives at the start of the receiver-owned segment. */
 typedef struct fifo_ctrl {
     _Alignas(64) uint64_t tail; /* written by the producer */
-    uint32_t tail_sleepers;     /* consumers asleep on tail */
+    uint32_t tail_sleepers; /* consumers asleep on tail */
     _Alignas(64) uint64_t head; /* written by the consumer */
-    uint32_t head_sleepers;     /* producers asleep on head */
+    uint32_t head_sleepers; /* producers asleep on head */
     _Alignas(64) uint32_t sizes[FIFO_MAX_STEPS];
 } fifo_ctrl_t;
 
 /* Everything a wait needs besides the counter: where to look for abort, and how long to wait. */
 typedef struct wait_ctx {
     const volatile uint32_t *abort_flag; /* non-zero: give up with chorusRemoteError/abort */
-    int64_t timeout_ns;                  /* deadline of one wait */
-    int64_t spin;                        /* polls before sleeping */
-    int peer;                            /* for error messages */
+    int64_t timeout_ns; /* deadline of one wait */
+    int64_t spin; /* polls before sleeping */
+    int peer; /* for error messages */
 } wait_ctx_t;
 
 /* One end of a directed connection, as the executor sees it (any transport). */
 typedef struct conn {
     fifo_ctrl_t *ctrl;
-    char *slots;        /* slot i at slots + i * slot_nbytes */
+    char *slots; /* slot i at slots + i * slot_nbytes */
     size_t slot_nbytes; /* multiple of 64 */
     int steps;
-    uint64_t step;      /* producer: next tail to publish; consumer: next head */
-    int peer;           /* the rank at the other end */
+    uint64_t step; /* producer: next tail to publish; consumer: next head */
+    int peer; /* the rank at the other end */
     const char *transport;
 } conn_t;
 

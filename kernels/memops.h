@@ -34,7 +34,8 @@ size_t dtype_nbytes(chorusDataType_t dtype);
 const char *dtype_name(chorusDataType_t dtype);
 const char *redop_name(chorusRedOp_t op);
 
-/* Round-to-nearest-even conversions used by the float16/bfloat16 reductions (exported for tests). */
+/* Round-to-nearest-even conversions used by the float16/bfloat16 reductions (exported for tests).
+ */
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
 float bf16_to_float(uint16_t b);

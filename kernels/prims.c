@@ -43,7 +43,7 @@ static void finalize(prims_t *p, void *dst, size_t n, int final)
 
 /* The slice length at offset off of a count-element range over connection c. */
 #define FOR_SLICES(p, c, count, off, n)                                                            \
-    for (size_t off = 0, n = 0, step_ = slice_count(p, c);                                       \
+    for (size_t off = 0, n = 0, step_ = slice_count(p, c);                                         \
          off < (count) && ((n = ((count)-off < step_ ? (count)-off : step_)), 1); off += n)
 
 chorusResult_t prims_send(prims_t *p, const void *src, size_t count)

@@ -170,8 +170,8 @@ static void *root_thread(void *arg)
             if (rc == 0 && now < p->deadline)
                 continue;
             if (rc <= 0) {
-                refuse(p, "bootstrap root", rc < 0 ? "closed before a full hello"
-                                                   : "no hello within 5 s");
+                refuse(p, "bootstrap root",
+                       rc < 0 ? "closed before a full hello" : "no hello within 5 s");
                 pending_remove(&pend, i, 1);
                 continue;
             }
@@ -359,8 +359,8 @@ chorusResult_t boot_init(const boot_id_t *id, int rank, int nranks, const char *
     if (res == chorusSuccess && (r.magic != BOOT_MAGIC || r.nranks != nranks))
         res = ERR(chorusInvalidUsage, SUB_BOOT,
                   "bootstrap root at %s answered for %d ranks where this rank expects %d: do all "
-                  "ranks pass the same nranks?", sock_addr_str(&id->root, str, sizeof(str)),
-                  r.nranks, nranks);
+                  "ranks pass the same nranks?",
+                  sock_addr_str(&id->root, str, sizeof(str)), r.nranks, nranks);
     if (res == chorusSuccess)
         res = sock_recv_all(fd, b->addrs, sizeof(sock_addr_t) * nranks, deadline);
     close(fd);
@@ -454,12 +454,13 @@ static chorusResult_t read_frame(boot_t *b, int peer, int64_t deadline)
         return (errno == EAGAIN || errno == EINTR) ? chorusSuccess
                                                    : ERR(chorusRemoteError, SUB_BOOT,
                                                          "bootstrap connection from rank %d "
-                                                         "failed: %s", peer, strerror(errno));
+                                                         "failed: %s",
+                                                         peer, strerror(errno));
     CHECK(sock_recv_all(b->in_fd[peer], &f, sizeof(f), deadline));
     if (f.nbytes > BOOT_MAX_MSG)
         return ERR(chorusRemoteError, SUB_BOOT,
-                   "rank %d sent a bootstrap frame of %u bytes (limit %u): corrupt stream",
-                   peer, f.nbytes, BOOT_MAX_MSG);
+                   "rank %d sent a bootstrap frame of %u bytes (limit %u): corrupt stream", peer,
+                   f.nbytes, BOOT_MAX_MSG);
     boot_msg_t *m = malloc(sizeof(*m) + f.nbytes);
     if (m == NULL)
         return ERR(chorusSystemError, SUB_BOOT, "out of memory for a %u-byte message", f.nbytes);
@@ -490,8 +491,8 @@ static void serve_pending(boot_t *b)
         if (rc == 0 && now < p->deadline)
             continue;
         if (rc <= 0) {
-            refuse(p, "bootstrap listener", rc < 0 ? "closed before a full hello"
-                                                   : "no hello within 5 s");
+            refuse(p, "bootstrap listener",
+                   rc < 0 ? "closed before a full hello" : "no hello within 5 s");
             pending_remove(&b->pend, i, 1);
             continue;
         }

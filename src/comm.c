@@ -23,16 +23,26 @@ chorusResult_t chorusGetVersion(int *version)
 const char *chorusGetErrorString(chorusResult_t result)
 {
     switch (result) {
-    case chorusSuccess: return "no error";
-    case chorusUnhandledCudaError: return "unhandled cuda error (run with CHORUS_DEBUG=INFO for details)";
-    case chorusSystemError: return "unhandled system error (run with CHORUS_DEBUG=INFO for details)";
-    case chorusInternalError: return "internal error - please report this issue to the Chorus developers";
-    case chorusInvalidArgument: return "invalid argument (run with CHORUS_DEBUG=WARN for details)";
-    case chorusInvalidUsage: return "invalid usage (run with CHORUS_DEBUG=WARN for details)";
-    case chorusRemoteError: return "remote process exited or there was a network error";
-    case chorusInProgress: return "Chorus operation in progress";
-    case chorusTimeout: return "timeout: a peer did not answer within CHORUS_TIMEOUT_MS";
-    default: return "unknown result code";
+    case chorusSuccess:
+        return "no error";
+    case chorusUnhandledCudaError:
+        return "unhandled cuda error (run with CHORUS_DEBUG=INFO for details)";
+    case chorusSystemError:
+        return "unhandled system error (run with CHORUS_DEBUG=INFO for details)";
+    case chorusInternalError:
+        return "internal error - please report this issue to the Chorus developers";
+    case chorusInvalidArgument:
+        return "invalid argument (run with CHORUS_DEBUG=WARN for details)";
+    case chorusInvalidUsage:
+        return "invalid usage (run with CHORUS_DEBUG=WARN for details)";
+    case chorusRemoteError:
+        return "remote process exited or there was a network error";
+    case chorusInProgress:
+        return "Chorus operation in progress";
+    case chorusTimeout:
+        return "timeout: a peer did not answer within CHORUS_TIMEOUT_MS";
+    default:
+        return "unknown result code";
     }
 }
 

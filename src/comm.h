@@ -50,11 +50,11 @@ struct chorusComm {
     comm_conn_t *p2p_send; /* [nranks], built on first use */
     comm_conn_t *p2p_recv;
     exec_pool_t *pool;
-    pthread_mutex_t exec_lock;   /* one operation at a time */
-    uint32_t abort_flag;         /* set by chorusCommAbort or a failed operation */
-    chorusResult_t async_error;  /* sticky error of a failed operation */
-    int queued;                  /* operations issued and not yet finished (streams included) */
-    pthread_mutex_t state_lock;  /* guards queued, async_error, last_error */
+    pthread_mutex_t exec_lock; /* one operation at a time */
+    uint32_t abort_flag; /* set by chorusCommAbort or a failed operation */
+    chorusResult_t async_error; /* sticky error of a failed operation */
+    int queued; /* operations issued and not yet finished (streams included) */
+    pthread_mutex_t state_lock; /* guards queued, async_error, last_error */
     pthread_cond_t state_cv;
     char last_error[1024];
 };

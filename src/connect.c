@@ -45,7 +45,8 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
             res = ERR(chorusInvalidUsage, SUB_INIT,
                       "no transport connects rank %d (host %s) to rank %d (host %s): ranks on "
                       "different hosts need the net transport, which this build does not have "
-                      "yet", comm->rank, self->hostid, r->peer, peer->hostid);
+                      "yet",
+                      comm->rank, self->hostid, r->peer, peer->hostid);
             goto out;
         }
         setups[i] = (conn_setup_t){.dir = r->dir,
@@ -68,8 +69,8 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
                    res, out);
         if (r->dir != CONN_SEND)
             continue;
-        CHECK_GOTO(r->cc->tp->connect(&setups[i], &peer_handles[i], &r->cc->res, &r->cc->conn),
-                   res, out);
+        CHECK_GOTO(r->cc->tp->connect(&setups[i], &peer_handles[i], &r->cc->res, &r->cc->conn), res,
+                   out);
         char ack = 1;
         CHECK_GOTO(boot_send(comm->boot, r->peer, BOOT_TAG_ACK | ((uint32_t)r->tag << 1), &ack, 1),
                    res, out);
@@ -81,8 +82,8 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
         char ack;
         CHECK_GOTO(boot_recv(comm->boot, r->peer, BOOT_TAG_ACK | ((uint32_t)r->tag << 1), &ack, 1),
                    res, out);
-        CHECK_GOTO(r->cc->tp->connect(&setups[i], &peer_handles[i], &r->cc->res, &r->cc->conn),
-                   res, out);
+        CHECK_GOTO(r->cc->tp->connect(&setups[i], &peer_handles[i], &r->cc->res, &r->cc->conn), res,
+                   out);
         TRACE(SUB_INIT, "connected %s from rank %d (tag %d)", r->cc->tp->name, r->peer, r->tag);
     }
 out:

@@ -33,9 +33,9 @@ static __thread char last_error[1024];
 static const struct {
     const char *name;
     unsigned bit;
-} subsys_names[] = {{"INIT", SUB_INIT}, {"COLL", SUB_COLL}, {"P2P", SUB_P2P}, {"SHM", SUB_SHM},
-                    {"NET", SUB_NET},   {"BOOT", SUB_BOOT}, {"ENV", SUB_ENV}, {"ALLOC", SUB_ALLOC},
-                    {"ALL", SUB_ALL}};
+} subsys_names[] = {{"INIT", SUB_INIT}, {"COLL", SUB_COLL},   {"P2P", SUB_P2P},
+                    {"SHM", SUB_SHM},   {"NET", SUB_NET},     {"BOOT", SUB_BOOT},
+                    {"ENV", SUB_ENV},   {"ALLOC", SUB_ALLOC}, {"ALL", SUB_ALL}};
 
 static const char *subsys_name(unsigned bit)
 {
@@ -87,7 +87,8 @@ static void debug_init_once(void)
         else {
             snprintf(debug_init_error, sizeof(debug_init_error),
                      "environment variable CHORUS_DEBUG=\"%s\" is not one of NONE, VERSION, WARN, "
-                     "INFO, TRACE", level);
+                     "INFO, TRACE",
+                     level);
             debug_init_result = chorusInvalidArgument;
         }
     }
@@ -95,7 +96,8 @@ static void debug_init_once(void)
     if (subsys != NULL && subsys[0] != '\0' && parse_subsys(subsys, &debug_subsys) != 0) {
         snprintf(debug_init_error, sizeof(debug_init_error),
                  "environment variable CHORUS_DEBUG_SUBSYS=\"%s\" is not a comma list of INIT, "
-                 "COLL, P2P, SHM, NET, BOOT, ENV, ALLOC, ALL (optionally starting with ^)", subsys);
+                 "COLL, P2P, SHM, NET, BOOT, ENV, ALLOC, ALL (optionally starting with ^)",
+                 subsys);
         debug_init_result = chorusInvalidArgument;
         debug_subsys = SUB_ALL;
     }
@@ -120,7 +122,8 @@ static void debug_init_once(void)
         if (f == NULL) {
             snprintf(debug_init_error, sizeof(debug_init_error),
                      "environment variable CHORUS_DEBUG_FILE=\"%s\": cannot open %s for "
-                     "appending", path, name);
+                     "appending",
+                     path, name);
             debug_init_result = chorusInvalidArgument;
         } else {
             setvbuf(f, NULL, _IOLBF, 0);
@@ -157,8 +160,7 @@ static void debug_vlog(int level, unsigned subsys, const char *file, int line, c
     static const char *level_names[] = {"NONE", "VERSION", "WARN", "INFO", "TRACE"};
     char buf[2048];
     int n = snprintf(buf, sizeof(buf), "%s:%d:%d [%d] CHORUS %s %s ", debug_host, (int)getpid(),
-                     (int)syscall(SYS_gettid), debug_rank, level_names[level],
-                     subsys_name(subsys));
+                     (int)syscall(SYS_gettid), debug_rank, level_names[level], subsys_name(subsys));
     if (level == LOG_TRACE && n < (int)sizeof(buf))
         n += snprintf(buf + n, sizeof(buf) - n, "%s:%d ", file, line);
     if (n < (int)sizeof(buf))

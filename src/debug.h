@@ -3,9 +3,9 @@
  *
  * Log lines are `host:pid:tid [rank] CHORUS LEVEL SUBSYS message`, filtered by CHORUS_DEBUG
  * (WARN, INFO, TRACE) and CHORUS_DEBUG_SUBSYS, written to stderr or CHORUS_DEBUG_FILE. The level is
- * checked before anything is formatted. The place that detects a failure calls ERR(), which logs once
- * at WARN and records the text as this thread's last error (chorusGetLastError); callers propagate
- * with CHECK(), leaving a TRACE breadcrumb.
+ * checked before anything is formatted. The place that detects a failure calls ERR(), which logs
+ * once at WARN and records the text as this thread's last error (chorusGetLastError); callers
+ * propagate with CHECK(), leaving a TRACE breadcrumb.
  */
 #ifndef CHORUS_DEBUG_H
 #define CHORUS_DEBUG_H
@@ -59,7 +59,7 @@ void debug_clear_error(void);
     do {                                                                                           \
         chorusResult_t check_res_ = (call);                                                        \
         if (check_res_ != chorusSuccess) {                                                         \
-            TRACE(SUB_ALL, "%s failed: %s", #call, chorusGetErrorString(check_res_));             \
+            TRACE(SUB_ALL, "%s failed: %s", #call, chorusGetErrorString(check_res_));              \
             return check_res_;                                                                     \
         }                                                                                          \
     } while (0)
@@ -68,7 +68,7 @@ void debug_clear_error(void);
     do {                                                                                           \
         (res) = (call);                                                                            \
         if ((res) != chorusSuccess) {                                                              \
-            TRACE(SUB_ALL, "%s failed: %s", #call, chorusGetErrorString(res));                    \
+            TRACE(SUB_ALL, "%s failed: %s", #call, chorusGetErrorString(res));                     \
             goto label;                                                                            \
         }                                                                                          \
     } while (0)

@@ -16,9 +16,9 @@
 
 static const char *coll_name(coll_kind_t kind)
 {
-    static const char *names[] = {"chorusAllReduce",     "chorusBroadcast", "chorusReduce",
-                                  "chorusAllGather",     "chorusReduceScatter",
-                                  "chorusAlltoAll",      "chorusSend",      "chorusRecv"};
+    static const char *names[] = {"chorusAllReduce", "chorusBroadcast",     "chorusReduce",
+                                  "chorusAllGather", "chorusReduceScatter", "chorusAlltoAll",
+                                  "chorusSend",      "chorusRecv"};
     return names[kind];
 }
 
@@ -27,14 +27,14 @@ static int is_p2p(coll_kind_t kind)
     return kind == COLL_SEND || kind == COLL_RECV || kind == COLL_ALLTOALL;
 }
 
-static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf,
-                                   size_t count, int rank)
+static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf, size_t count,
+                                   int rank)
 {
     if (count == 0)
         return chorusSuccess;
     if (buf == NULL)
-        return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is NULL with count %zu",
-                   fn, rank, name, count);
+        return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is NULL with count %zu", fn,
+                   rank, name, count);
     if (mem_is_device(buf))
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): %s is CUDA device memory, but this build of Chorus has no "
@@ -54,18 +54,19 @@ static chorusResult_t check_op(const comm_op_t *op)
     if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
         return ERR(chorusInvalidUsage, SUB_COLL,
                    "%s (rank %d): the communicator was aborted after an earlier error (%s); "
-                   "destroy it and create a new one", fn, rank,
-                   comm->last_error[0] ? comm->last_error : "chorusCommAbort");
+                   "destroy it and create a new one",
+                   fn, rank, comm->last_error[0] ? comm->last_error : "chorusCommAbort");
     if ((unsigned)a->dtype >= chorusNumTypes)
         return ERR(chorusInvalidArgument, SUB_COLL,
-                   "%s (rank %d): datatype %d is not a chorusDataType_t (allowed 0..%d)", fn,
-                   rank, (int)a->dtype, chorusNumTypes - 1);
-    int reduces = a->kind == COLL_ALLREDUCE || a->kind == COLL_REDUCE ||
-                  a->kind == COLL_REDUCESCATTER;
+                   "%s (rank %d): datatype %d is not a chorusDataType_t (allowed 0..%d)", fn, rank,
+                   (int)a->dtype, chorusNumTypes - 1);
+    int reduces =
+        a->kind == COLL_ALLREDUCE || a->kind == COLL_REDUCE || a->kind == COLL_REDUCESCATTER;
     if (reduces && (unsigned)a->op >= chorusNumOps)
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): op %d is not a chorusRedOp_t (allowed 0..%d: sum, prod, max, "
-                   "min, avg)", fn, rank, (int)a->op, chorusNumOps - 1);
+                   "min, avg)",
+                   fn, rank, (int)a->op, chorusNumOps - 1);
     if ((a->kind == COLL_BROADCAST || a->kind == COLL_REDUCE) && (a->root < 0 || a->root >= n))
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): root %d is outside 0..%d (nranks-1)", fn, rank, a->root, n - 1);
@@ -73,8 +74,8 @@ static chorusResult_t check_op(const comm_op_t *op)
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): peer %d is outside 0..%d (nranks-1)", fn, rank, a->root, n - 1);
     size_t esize = dtype_nbytes(a->dtype);
-    int many = a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER ||
-               a->kind == COLL_ALLTOALL;
+    int many =
+        a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER || a->kind == COLL_ALLTOALL;
     size_t limit = SIZE_MAX / esize / (many ? (size_t)n : 1);
     if (a->count > limit || a->count > (SIZE_MAX >> 2) / esize)
         return ERR(chorusInvalidArgument, SUB_COLL,
@@ -118,7 +119,8 @@ static chorusResult_t check_op(const comm_op_t *op)
     if (op->stream != NULL && !stream_is_host(op->stream))
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): stream is neither NULL nor a host stream made by "
-                   "chorusStreamCreate (CUDA streams need a build with CUDA)", fn, rank);
+                   "chorusStreamCreate (CUDA streams need a build with CUDA)",
+                   fn, rank);
     return chorusSuccess;
 }
 
@@ -320,28 +322,26 @@ chorusResult_t chorusReduce(const void *sendbuff, void *recvbuff, size_t count,
 }
 
 chorusResult_t chorusAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                               chorusDataType_t datatype, chorusComm_t comm,
-                               chorusStream_t stream)
+                               chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, chorusSum, 0);
 }
 
 chorusResult_t chorusReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                   chorusDataType_t datatype, chorusRedOp_t op,
-                                   chorusComm_t comm, chorusStream_t stream)
+                                   chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                   chorusStream_t stream)
 {
     OP(COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0);
 }
 
 chorusResult_t chorusAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                              chorusDataType_t datatype, chorusComm_t comm,
-                              chorusStream_t stream)
+                              chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, chorusSum, 0);
 }
 
-chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype,
-                          int peer, chorusComm_t comm, chorusStream_t stream)
+chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_SEND, sendbuff, NULL, count, datatype, chorusSum, peer);
 }

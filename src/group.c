@@ -27,8 +27,7 @@ chorusResult_t group_add(const comm_op_t *op)
         int cap = group_cap ? group_cap * 2 : 16;
         comm_op_t *ops = realloc(group_ops, sizeof(comm_op_t) * cap);
         if (ops == NULL)
-            return ERR(chorusSystemError, SUB_COLL, "out of memory for a group of %d calls",
-                       cap);
+            return ERR(chorusSystemError, SUB_COLL, "out of memory for a group of %d calls", cap);
         group_ops = ops;
         group_cap = cap;
     }
@@ -132,8 +131,8 @@ chorusResult_t chorusGroupEnd(void)
         if (parts[p].stream == NULL && parts[p].res != chorusSuccess) {
             comm_api_return(parts[p].comm, parts[p].res);
             if (res == chorusSuccess)
-                res = ERR(parts[p].res, SUB_COLL, "%s", parts[p].error[0] ? parts[p].error
-                                                                          : debug_last_error());
+                res = ERR(parts[p].res, SUB_COLL, "%s",
+                          parts[p].error[0] ? parts[p].error : debug_last_error());
         }
     }
     if (threads == NULL || started == NULL)

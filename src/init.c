@@ -376,8 +376,9 @@ chorusResult_t chorusCommInitEnv(chorusComm_t *comm)
         if (!have_rank || !have_nranks || root == NULL || root[0] == '\0')
             return ERR(chorusInvalidArgument, SUB_ENV,
                        "chorusCommInitEnv needs all of CHORUS_RANK, CHORUS_NRANKS and "
-                       "CHORUS_ROOT=host:port (found %s%s%s)", have_rank ? "CHORUS_RANK " : "",
-                       have_nranks ? "CHORUS_NRANKS " : "", root ? "CHORUS_ROOT" : "");
+                       "CHORUS_ROOT=host:port (found %s%s%s)",
+                       have_rank ? "CHORUS_RANK " : "", have_nranks ? "CHORUS_NRANKS " : "",
+                       root ? "CHORUS_ROOT" : "");
         int p = 0;
         CHECK(parse_hostport("CHORUS_ROOT", root, host, sizeof(host), &p));
         port = p;

@@ -57,8 +57,8 @@ chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes)
     void *p = NULL;
     int rc = posix_memalign(&p, 4096, nbytes);
     if (rc != 0)
-        return ERR(chorusSystemError, SUB_ALLOC, "chorusMemAlloc of %zu bytes failed: %s",
-                   nbytes, strerror(rc));
+        return ERR(chorusSystemError, SUB_ALLOC, "chorusMemAlloc of %zu bytes failed: %s", nbytes,
+                   strerror(rc));
     *ptr = p;
     return chorusSuccess;
 }

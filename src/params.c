@@ -91,9 +91,18 @@ static chorusResult_t parse_int(const param_def_t *d, const char *text, int64_t 
     if (d->type == PT_BYTES && *end != '\0') {
         int64_t mult = 0;
         switch (*end) {
-        case 'k': case 'K': mult = 1 << 10; break;
-        case 'm': case 'M': mult = 1 << 20; break;
-        case 'g': case 'G': mult = 1 << 30; break;
+        case 'k':
+        case 'K':
+            mult = 1 << 10;
+            break;
+        case 'm':
+        case 'M':
+            mult = 1 << 20;
+            break;
+        case 'g':
+        case 'G':
+            mult = 1 << 30;
+            break;
         }
         if (mult == 0)
             goto bad;
@@ -111,8 +120,8 @@ static chorusResult_t parse_int(const param_def_t *d, const char *text, int64_t 
     *value_p = v;
     return chorusSuccess;
 bad:
-    return ERR(chorusInvalidArgument, SUB_ENV,
-               "environment variable %s=\"%s\" is not %s", d->name, text,
+    return ERR(chorusInvalidArgument, SUB_ENV, "environment variable %s=\"%s\" is not %s", d->name,
+               text,
                d->type == PT_BYTES ? "a byte count (digits with an optional K, M or G suffix)"
                                    : "an integer");
 }

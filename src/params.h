@@ -17,16 +17,16 @@
 #define PARAM_STR_MAX 256
 
 typedef struct params {
-    int64_t nchannels;     /* CHORUS_NCHANNELS; 0: automatic */
+    int64_t nchannels; /* CHORUS_NCHANNELS; 0: automatic */
     int64_t min_nchannels; /* CHORUS_MIN_NCHANNELS */
     int64_t max_nchannels; /* CHORUS_MAX_NCHANNELS */
-    int64_t buffsize;      /* CHORUS_BUFFSIZE: bytes of one collective FIFO (all steps) */
-    int64_t p2p_buffsize;  /* CHORUS_P2P_BUFFSIZE: bytes of one send/recv FIFO */
-    int64_t steps;         /* CHORUS_STEPS: slots per FIFO */
-    int64_t timeout_ms;    /* CHORUS_TIMEOUT_MS: deadline of every wait */
-    int64_t spin;          /* CHORUS_SPIN: polls before a wait sleeps */
+    int64_t buffsize; /* CHORUS_BUFFSIZE: bytes of one collective FIFO (all steps) */
+    int64_t p2p_buffsize; /* CHORUS_P2P_BUFFSIZE: bytes of one send/recv FIFO */
+    int64_t steps; /* CHORUS_STEPS: slots per FIFO */
+    int64_t timeout_ms; /* CHORUS_TIMEOUT_MS: deadline of every wait */
+    int64_t spin; /* CHORUS_SPIN: polls before a wait sleeps */
     char socket_ifname[PARAM_STR_MAX]; /* CHORUS_SOCKET_IFNAME */
-    char hostid[PARAM_STR_MAX];        /* CHORUS_HOSTID */
+    char hostid[PARAM_STR_MAX]; /* CHORUS_HOSTID */
 } params_t;
 
 /* Read every communicator-level variable into *params_p (defaults where unset). */

@@ -75,11 +75,10 @@ chorusResult_t sock_pick_addr(const char *ifname_spec, sock_addr_t *addr_p, char
     /* Two passes: IPv4 first, then IPv6, so the common case gets a plain address. */
     for (int family = AF_INET; best == NULL; family = AF_INET6) {
         for (const struct ifaddrs *i = ifs; i && !best; i = i->ifa_next) {
-            if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family ||
-                !(i->ifa_flags & IFF_UP))
+            if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family || !(i->ifa_flags & IFF_UP))
                 continue;
-            if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(
-                                          &((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr))
+            if (family == AF_INET6 &&
+                IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr))
                 continue;
             int is_loop = (i->ifa_flags & IFF_LOOPBACK) != 0;
             if (spec) {
@@ -237,8 +236,10 @@ chorusResult_t sock_send_all(int fd, const void *buf, size_t nbytes, int64_t dea
             continue;
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return ERR(chorusRemoteError, SUB_BOOT, "send on bootstrap socket failed: %s "
-                       "(did the peer exit?)", strerror(errno));
+            return ERR(chorusRemoteError, SUB_BOOT,
+                       "send on bootstrap socket failed: %s "
+                       "(did the peer exit?)",
+                       strerror(errno));
         if (fifo_now_ns() >= deadline_ns)
             return ERR(chorusTimeout, SUB_BOOT, "send on bootstrap socket timed out");
         poll_one(fd, POLLOUT, deadline_ns);
@@ -257,7 +258,8 @@ chorusResult_t sock_recv_all(int fd, void *buf, size_t nbytes, int64_t deadline_
             continue;
         }
         if (n == 0)
-            return ERR(chorusRemoteError, SUB_BOOT, "bootstrap peer closed the connection "
+            return ERR(chorusRemoteError, SUB_BOOT,
+                       "bootstrap peer closed the connection "
                        "(did it exit or fail?)");
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return ERR(chorusRemoteError, SUB_BOOT, "recv on bootstrap socket failed: %s",

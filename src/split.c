@@ -19,8 +19,8 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
 {
     CHECK(comm_check(comm, "chorusCommSplit"));
     if (newcomm == NULL)
-        return comm_api_return(comm, ERR(chorusInvalidArgument, SUB_INIT,
-                                         "chorusCommSplit: newcomm is NULL"));
+        return comm_api_return(
+            comm, ERR(chorusInvalidArgument, SUB_INIT, "chorusCommSplit: newcomm is NULL"));
     chorusResult_t res = chorusSuccess;
     int n = comm->nranks;
     split_entry_t *all = calloc(n, sizeof(*all));

@@ -52,14 +52,18 @@ static chorusResult_t shm_map(const char *name, size_t nbytes, int create, void 
 {
     int fd = shm_open(name, create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
     if (fd < 0)
-        return ERR(chorusSystemError, SUB_SHM, "shm_open(%s) failed: %s (is /dev/shm mounted "
-                   "and writable?)", name, strerror(errno));
+        return ERR(chorusSystemError, SUB_SHM,
+                   "shm_open(%s) failed: %s (is /dev/shm mounted "
+                   "and writable?)",
+                   name, strerror(errno));
     if (create && ftruncate(fd, (off_t)nbytes) != 0) {
         int e = errno;
         close(fd);
         shm_unlink(name);
-        return ERR(chorusSystemError, SUB_SHM, "ftruncate(%s, %zu) failed: %s (is /dev/shm "
-                   "full?)", name, nbytes, strerror(e));
+        return ERR(chorusSystemError, SUB_SHM,
+                   "ftruncate(%s, %zu) failed: %s (is /dev/shm "
+                   "full?)",
+                   name, nbytes, strerror(e));
     }
     void *map = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int e = errno;
@@ -119,8 +123,8 @@ static chorusResult_t shm_connect(const conn_setup_t *s, const transport_handle_
     if (h.map_nbytes != shm_map_nbytes(s))
         return ERR(chorusInvalidUsage, SUB_SHM,
                    "rank %d offers a %llu-byte FIFO where %zu bytes were expected: the ranks "
-                   "run with different CHORUS_BUFFSIZE or CHORUS_STEPS", s->peer->rank,
-                   (unsigned long long)h.map_nbytes, shm_map_nbytes(s));
+                   "run with different CHORUS_BUFFSIZE or CHORUS_STEPS",
+                   s->peer->rank, (unsigned long long)h.map_nbytes, shm_map_nbytes(s));
     snprintf(res->name, sizeof(res->name), "%s", h.name);
     res->map_nbytes = h.map_nbytes;
     CHECK(shm_map(res->name, res->map_nbytes, 0, &res->map));

@@ -27,7 +27,7 @@ typedef struct peer_info {
     int32_t pid;
     uint64_t hostid_hash;
     char hostid[PEER_HOSTID_BYTES]; /* hostname + boot id, or CHORUS_HOSTID */
-    int32_t cuda_dev;               /* -1: host only */
+    int32_t cuda_dev; /* -1: host only */
     int32_t numa_node;
 } peer_info_t;
 

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# test.sh [CTEST_ARGS...]: install dependencies, build with -Werror, check formatting, run ctest.
+#
+# BUILD_DIR (default build/) is the build tree; CTEST_PARALLEL_LEVEL (default 2) the number of tests
+# at once (they are multi-process). Extra arguments go to ctest, e.g. `scripts/test.sh -R shm -V`.
+# Fails when the build, the formatting check or any test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/deps.sh
+
+# mpirun as root (CI and containers run as root) and with more ranks than cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+build=${BUILD_DIR:-build}
+status=0
+
+echo "== clang-format --dry-run --Werror"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    # Tracked files and new ones not ignored, so a check before committing sees them too.
+    mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- \
+        '*.c' '*.h' '*.cu' '*.cuh' | sort -u | while read -r f; do [ -f "$f" ] && echo "$f"; done)
+else
+    mapfile -t sources < <(find . -path "./${build#./}" -prune -o -path './build*' -prune -o \
+        -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print)
+fi
+if [ ${#sources[@]} -gt 0 ] && ! clang-format --dry-run --Werror "${sources[@]}"; then
+    echo "formatting: FAILED (fix with: clang-format -i <files>)" >&2
+    status=1
+fi
+
+echo "== configure and build in $build"
+cmake -S . -B "$build" -DCHORUS_WERROR=ON
+cmake --build "$build" -j"$(nproc)"
+
+echo "== ctest"
+ctest --test-dir "$build" --output-on-failure -j"${CTEST_PARALLEL_LEVEL:-2}" "$@" || status=1
+
+if [ $status -ne 0 ]; then
+    echo "test.sh: FAILED" >&2
+fi
+exit $status

@@ -1,0 +1,412 @@
+/*
+ * coll_matrix.c: the correctness matrix of the collectives, bit-exact.
+ *
+ * Proves: AllReduce, ReduceScatter, AllGather, Reduce and Broadcast (every root class), and
+ * AlltoAll give the closed-form expected result for every dtype x op x count x in-place/out-of-
+ * place, on every rank; out-of-place calls leave sendbuff unchanged; Reduce leaves a non-root's
+ * recvbuff unchanged. Inputs are small integers (sums <= 64, products <= 4), exact in every dtype
+ * including float16 and bfloat16, so any summation order gives the same bits; avg inputs sum to a
+ * multiple of nranks, so the division is exact too.
+ *
+ * Ranks run as threads (--threads N, chorusCommInitAll) or as processes launched by mpirun (no
+ * --threads). --counts a,b,c picks the counts; the environment (CHORUS_BUFFSIZE,
+ * CHORUS_NCHANNELS) sets slice size and channels, so small buffers can cross many slices.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chorus.h"
+#ifdef WITH_MPI
+#include "chorus_mpi.h"
+#endif
+
+#define NT 10
+static const char *type_names[NT] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
+                                     "uint64", "float16", "float32", "float64", "bfloat16"};
+static const size_t type_size[NT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+static const char *op_names[5] = {"sum", "prod", "max", "min", "avg"};
+
+static size_t counts[16] = {0, 1, 7, 1031};
+static int ncounts = 4;
+static int nranks_g;
+static chorusComm_t *comms_g;
+static int quick; /* large counts: all dtypes x ops for AllReduce, fewer for the rest */
+
+/* Exact small-integer encodings written independently of the library's converters. */
+static uint16_t small_to_half(double v)
+{
+    if (v == 0)
+        return 0;
+    int neg = v < 0;
+    double a = neg ? -v : v;
+    int e = 0;
+    while (a >= 2) {
+        a /= 2;
+        e++;
+    }
+    while (a < 1) {
+        a *= 2;
+        e--;
+    }
+    uint16_t mant = (uint16_t)((a - 1) * 1024);
+    return (uint16_t)((neg << 15) | ((e + 15) << 10) | mant);
+}
+
+static double half_to_double(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v =
+        e == 0 ? m / 1024.0 / 16384.0
+               : (1 + m / 1024.0) * ((e >= 15) ? (double)(1 << (e - 15)) : 1.0 / (1 << (15 - e)));
+    if (e == 31)
+        v = m ? 0.0 / 0.0 : 1.0 / 0.0;
+    return (h & 0x8000) ? -v : v;
+}
+
+static void store(int t, void *buf, size_t i, double v)
+{
+    switch (t) {
+    case 0:
+        ((int8_t *)buf)[i] = (int8_t)v;
+        break;
+    case 1:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
+    case 2:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case 3:
+        ((uint32_t *)buf)[i] = (uint32_t)v;
+        break;
+    case 4:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case 5:
+        ((uint64_t *)buf)[i] = (uint64_t)v;
+        break;
+    case 6:
+        ((uint16_t *)buf)[i] = small_to_half(v);
+        break;
+    case 7:
+        ((float *)buf)[i] = (float)v;
+        break;
+    case 8:
+        ((double *)buf)[i] = v;
+        break;
+    case 9: {
+        float f = (float)v;
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16); /* exact: small integers */
+        break;
+    }
+    }
+}
+
+static double load(int t, const void *buf, size_t i)
+{
+    switch (t) {
+    case 0:
+        return ((const int8_t *)buf)[i];
+    case 1:
+        return ((const uint8_t *)buf)[i];
+    case 2:
+        return ((const int32_t *)buf)[i];
+    case 3:
+        return ((const uint32_t *)buf)[i];
+    case 4:
+        return (double)((const int64_t *)buf)[i];
+    case 5:
+        return (double)((const uint64_t *)buf)[i];
+    case 6:
+        return half_to_double(((const uint16_t *)buf)[i]);
+    case 7:
+        return ((const float *)buf)[i];
+    case 8:
+        return ((const double *)buf)[i];
+    case 9: {
+        uint32_t bits = (uint32_t)((const uint16_t *)buf)[i] << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        return f;
+    }
+    }
+    return 0;
+}
+
+/* Rank r's input element at global index g for op (reductions) or -1 (data movement). */
+static double input(int op, int r, size_t g, int n)
+{
+    switch (op) {
+    case 0: /* sum */
+    case 4: /* avg: one rank adds n, so the sum is n * (base + 1) */
+        return (double)(g % 7) + (((size_t)r + g) % (size_t)n == 0 ? n : 0);
+    case 1: /* prod: at most two ranks hold a 2 */
+        return ((size_t)r == g % (size_t)n || (size_t)r == (g / (size_t)n) % (size_t)n) ? 2 : 1;
+    case 2:
+    case 3:
+        return (double)(((size_t)r * 7 + g * 3) % 50);
+    default: /* no reduction: identify the rank and the index */
+        return (double)(((size_t)r * 13 + g) % 100);
+    }
+}
+
+static double expected_reduce(int op, size_t g, int n)
+{
+    double acc = input(op, 0, g, n);
+    for (int r = 1; r < n; r++) {
+        double v = input(op, r, g, n);
+        switch (op) {
+        case 0:
+        case 4:
+            acc += v;
+            break;
+        case 1:
+            acc *= v;
+            break;
+        case 2:
+            acc = v > acc ? v : acc;
+            break;
+        case 3:
+            acc = v < acc ? v : acc;
+            break;
+        }
+    }
+    return op == 4 ? acc / n : acc;
+}
+
+typedef struct ctx {
+    int rank, n;
+    chorusComm_t comm;
+    long failures;
+    long checks;
+} ctx_t;
+
+#define FAIL(c, ...)                                                                               \
+    do {                                                                                           \
+        if ((c)->failures++ < 10) {                                                                \
+            fprintf(stderr, "rank %d: ", (c)->rank);                                               \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+        }                                                                                          \
+    } while (0)
+
+static int call_ok(ctx_t *c, chorusResult_t res, const char *what)
+{
+    if (res == chorusSuccess)
+        return 1;
+    FAIL(c, "%s returned %s: %s", what, chorusGetErrorString(res), chorusGetLastError(c->comm));
+    return 0;
+}
+
+/* Compare n elements of buf with f(k) for k in [0, n). */
+#define VERIFY(c, t, buf, nelem, expr, label)                                                      \
+    do {                                                                                           \
+        long bad_ = 0;                                                                             \
+        for (size_t k = 0; k < (nelem); k++) {                                                     \
+            double want_ = (expr), got_ = load(t, buf, k);                                         \
+            if (got_ != want_ && bad_++ == 0)                                                      \
+                FAIL(c, "%s: element %zu is %g, expected %g", label, k, got_, want_);              \
+        }                                                                                          \
+        (c)->checks++;                                                                             \
+    } while (0)
+
+static void run_matrix(ctx_t *c)
+{
+    const int n = c->n, r = c->rank;
+    size_t maxcount = 0;
+    for (int i = 0; i < ncounts; i++)
+        maxcount = counts[i] > maxcount ? counts[i] : maxcount;
+    size_t cap = (maxcount * (size_t)n + 64) * 8;
+    char *send = malloc(cap), *recv = malloc(cap), *orig = malloc(cap);
+    char label[200];
+    for (int ci = 0; ci < ncounts; ci++) {
+        size_t count = counts[ci];
+        int large = count > 100000;
+        for (int t = 0; t < NT; t++) {
+            size_t es = type_size[t];
+            for (int op = 0; op < 5; op++) {
+                int ops_for_all = !(large && quick) || op == (t % 5);
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    const char *place = inplace ? "in-place" : "out-of-place";
+                    char *out = inplace ? send : recv;
+                    /* AllReduce */
+                    for (size_t k = 0; k < count; k++)
+                        store(t, send, k, input(op, r, k, n));
+                    memcpy(orig, send, count * es);
+                    snprintf(label, sizeof(label), "AllReduce %s %s count %zu %s", type_names[t],
+                             op_names[op], count, place);
+                    if (call_ok(c, chorusAllReduce(send, out, count, t, op, c->comm, NULL),
+                                label)) {
+                        VERIFY(c, t, out, count, expected_reduce(op, k, n), label);
+                        if (!inplace && memcmp(send, orig, count * es) != 0)
+                            FAIL(c, "%s changed sendbuff", label);
+                    }
+                    if (!ops_for_all)
+                        continue;
+                    /* ReduceScatter: input n blocks of count; rank r gets block r. */
+                    for (size_t k = 0; k < count * n; k++)
+                        store(t, send, k, input(op, r, k, n));
+                    char *rs_out = inplace ? send + (size_t)r * count * es : recv;
+                    snprintf(label, sizeof(label), "ReduceScatter %s %s count %zu %s",
+                             type_names[t], op_names[op], count, place);
+                    if (call_ok(c, chorusReduceScatter(send, rs_out, count, t, op, c->comm, NULL),
+                                label))
+                        VERIFY(c, t, rs_out, count, expected_reduce(op, (size_t)r * count + k, n),
+                               label);
+                    /* Reduce at roots 0, n-1 and n/2. */
+                    int roots[3] = {0, n - 1, n / 2};
+                    for (int ri = 0; ri < 3; ri++) {
+                        int root = roots[ri];
+                        if ((ri == 1 && root == 0) || (ri == 2 && (root == 0 || root == n - 1)))
+                            continue;
+                        for (size_t k = 0; k < count; k++)
+                            store(t, send, k, input(op, r, k, n));
+                        if (!inplace)
+                            memset(recv, 0x5a, count * es);
+                        memcpy(orig, out, count * es);
+                        snprintf(label, sizeof(label), "Reduce root %d %s %s count %zu %s", root,
+                                 type_names[t], op_names[op], count, place);
+                        if (!call_ok(c, chorusReduce(send, out, count, t, op, root, c->comm, NULL),
+                                     label))
+                            continue;
+                        if (r == root)
+                            VERIFY(c, t, out, count, expected_reduce(op, k, n), label);
+                        else if (!inplace && memcmp(out, orig, count * es) != 0)
+                            FAIL(c, "%s changed a non-root recvbuff", label);
+                    }
+                }
+            }
+            /* Data movement: once per dtype. */
+            for (int inplace = 0; inplace < 2; inplace++) {
+                const char *place = inplace ? "in-place" : "out-of-place";
+                /* AllGather: block b of recvbuff comes from rank b. */
+                char *ag_in = inplace ? recv + (size_t)r * count * es : send;
+                for (size_t k = 0; k < count; k++)
+                    store(t, ag_in, k, input(-1, r, k, n));
+                snprintf(label, sizeof(label), "AllGather %s count %zu %s", type_names[t], count,
+                         place);
+                if (call_ok(c, chorusAllGather(ag_in, recv, count, t, c->comm, NULL), label))
+                    VERIFY(c, t, recv, count * n, input(-1, (int)(k / count), k % count, n), label);
+                /* Broadcast from roots 0, n-1, n/2. */
+                int roots[3] = {0, n - 1, n / 2};
+                for (int ri = 0; ri < 3; ri++) {
+                    int root = roots[ri];
+                    if ((ri == 1 && root == 0) || (ri == 2 && (root == 0 || root == n - 1)))
+                        continue;
+                    char *out = inplace ? send : recv;
+                    for (size_t k = 0; k < count; k++)
+                        store(t, send, k, r == root ? input(-1, r, k, n) : -1);
+                    snprintf(label, sizeof(label), "Broadcast root %d %s count %zu %s", root,
+                             type_names[t], count, place);
+                    if (call_ok(c, chorusBroadcast(send, out, count, t, root, c->comm, NULL),
+                                label))
+                        VERIFY(c, t, out, count, input(-1, root, k, n), label);
+                }
+                /* AlltoAll: block p of rank r's input goes to block r of rank p's output. */
+                for (size_t k = 0; k < count * n; k++)
+                    store(t, send, k, input(-1, r, k, n));
+                char *out = inplace ? send : recv;
+                snprintf(label, sizeof(label), "AlltoAll %s count %zu %s", type_names[t], count,
+                         place);
+                if (call_ok(c, chorusAlltoAll(send, out, count, t, c->comm, NULL), label))
+                    VERIFY(c, t, out, count * n,
+                           input(-1, (int)(k / count), (size_t)r * count + k % count, n), label);
+            }
+        }
+    }
+    free(send);
+    free(recv);
+    free(orig);
+}
+
+static void *thread_main(void *arg)
+{
+    ctx_t *c = arg;
+    run_matrix(c);
+    return NULL;
+}
+
+static void parse_counts(const char *text)
+{
+    ncounts = 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", text);
+    for (char *tok = strtok(buf, ","); tok && ncounts < 16; tok = strtok(NULL, ","))
+        counts[ncounts++] = strtoull(tok, NULL, 0);
+}
+
+int main(int argc, char **argv)
+{
+    int threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--counts") == 0 && i + 1 < argc)
+            parse_counts(argv[++i]);
+        else if (strcmp(argv[i], "--quick-large") == 0)
+            quick = 1;
+        else {
+            fprintf(stderr, "usage: %s [--threads N] [--counts a,b,...] [--quick-large]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    long failures = 0, checks = 0;
+    int me = 0;
+    if (threads > 0) {
+        nranks_g = threads;
+        comms_g = calloc(threads, sizeof(chorusComm_t));
+        chorusResult_t res = chorusCommInitAll(comms_g, threads, NULL);
+        if (res != chorusSuccess) {
+            fprintf(stderr, "chorusCommInitAll: %s: %s\n", chorusGetErrorString(res),
+                    chorusGetLastError(NULL));
+            return 1;
+        }
+        ctx_t *ctx = calloc(threads, sizeof(ctx_t));
+        pthread_t *tid = calloc(threads, sizeof(pthread_t));
+        for (int i = 0; i < threads; i++) {
+            ctx[i] = (ctx_t){i, threads, comms_g[i], 0, 0};
+            pthread_create(&tid[i], NULL, thread_main, &ctx[i]);
+        }
+        for (int i = 0; i < threads; i++) {
+            pthread_join(tid[i], NULL);
+            failures += ctx[i].failures;
+            checks += ctx[i].checks;
+            chorusCommDestroy(comms_g[i]);
+        }
+    } else {
+#ifdef WITH_MPI
+        MPI_Init(&argc, &argv);
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        MPI_Comm_size(MPI_COMM_WORLD, &nranks_g);
+        chorusComm_t comm;
+        chorusResult_t res = chorusCommInitMPI(&comm, MPI_COMM_WORLD);
+        if (res != chorusSuccess) {
+            fprintf(stderr, "rank %d: chorusCommInitMPI: %s: %s\n", me, chorusGetErrorString(res),
+                    chorusGetLastError(NULL));
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        ctx_t c = {me, nranks_g, comm, 0, 0};
+        run_matrix(&c);
+        chorusCommDestroy(comm);
+        MPI_Allreduce(&c.failures, &failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.checks, &checks, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Finalize();
+#else
+        fprintf(stderr, "built without MPI: use --threads N\n");
+        return 2;
+#endif
+    }
+    if (me == 0) {
+        printf("%s: %d ranks (%s), counts", failures ? "FAIL" : "PASS", nranks_g,
+               threads ? "threads" : "processes");
+        for (int i = 0; i < ncounts; i++)
+            printf(" %zu", counts[i]);
+        printf(": %ld checks, %ld failures\n", checks, failures);
+    }
+    return failures ? 1 : 0;
+}
