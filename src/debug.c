@@ -187,7 +187,7 @@ chorusResult_t debug_error(chorusResult_t res, unsigned subsys, const char *file
     vsnprintf(last_error, sizeof(last_error), fmt, ap);
     va_end(ap);
     if (debug_level >= LOG_WARN && (debug_subsys & subsys))
-        debug_log(LOG_WARN, subsys, file, line, "%s (%s)", last_error, chorusGetErrorString(res));
+        debug_log(LOG_WARN, subsys, file, line, "%s", last_error);
     return res;
 }
 

@@ -1,0 +1,34 @@
+# The collectives' correctness matrix (tests/coll_matrix.c): every rank count 1..8, as threads
+# (chorusCommInitAll) and as processes (mpirun), with 64-byte FIFO slots so small buffers cross
+# many slices, and 1-3 channels. The 2^20+3 count runs with the default slot size.
+add_executable(coll_matrix_threads coll_matrix.c)
+target_link_libraries(coll_matrix_threads chorus_internal)
+if(MPI_C_FOUND)
+  add_executable(coll_matrix_mpi coll_matrix.c)
+  target_compile_definitions(coll_matrix_mpi PRIVATE WITH_MPI)
+  target_link_libraries(coll_matrix_mpi chorus_internal MPI::MPI_C)
+endif()
+
+foreach(n RANGE 1 8)
+  math(EXPR nch "${n} % 3 + 1")
+  set(small_env CHORUS_BUFFSIZE=512 CHORUS_NCHANNELS=${nch})
+  chorus_add_test(NAME coll_threads_${n} TIMEOUT 300
+    COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 0,1,7,1031
+    ENV ${small_env})
+  chorus_add_test(NAME coll_large_threads_${n} TIMEOUT 600
+    COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 1048579 --quick-large
+    ENV CHORUS_NCHANNELS=${nch})
+  if(MPI_C_FOUND)
+    chorus_add_test(NAME coll_mpi_${n} TIMEOUT 300
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
+              -x CHORUS_BUFFSIZE=512 -x CHORUS_NCHANNELS=${nch}
+              $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,1031)
+  endif()
+endforeach()
+if(MPI_C_FOUND)
+  foreach(n 2 3 5 8)
+    chorus_add_test(NAME coll_large_mpi_${n} TIMEOUT 600
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
+              $<TARGET_FILE:coll_matrix_mpi> --counts 1048579 --quick-large)
+  endforeach()
+endif()

@@ -1,0 +1,6 @@
+# The README's environment-variable table is the library's own table, row for row.
+add_executable(env_table env_table.c)
+target_link_libraries(env_table chorus_internal)
+chorus_add_test(NAME env_table_in_readme TIMEOUT 30
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/env_table_check.sh $<TARGET_FILE:env_table>
+          ${PROJECT_SOURCE_DIR}/README.md)

@@ -1,0 +1,63 @@
+/*
+ * test_device_ptr.c: a build without CUDA refuses a CUDA device pointer with
+ * chorusInvalidArgument and a message naming the buffer, changes nothing, and stays usable.
+ *
+ * The driver is played by tests/support/fake_libcuda.c (soname libcuda.so.1), loaded first the
+ * way a CUDA application would have loaded the real one; Chorus never loads it itself.
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "chorus.h"
+
+#define FAKE_DEVICE_PTR ((void *)(uintptr_t)0x7e0000001000ull)
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s path/to/fake/libcuda.so.1\n", argv[0]);
+        return 2;
+    }
+    if (dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) == NULL) {
+        fprintf(stderr, "FAIL: cannot load %s: %s\n", argv[1], dlerror());
+        return 1;
+    }
+    chorusComm_t comm;
+    if (chorusCommInitAll(&comm, 1, NULL) != chorusSuccess) {
+        fprintf(stderr, "FAIL: init: %s\n", chorusGetLastError(NULL));
+        return 1;
+    }
+    int fails = 0;
+    float host[4] = {1, 2, 3, 4}, out[4] = {0};
+    chorusResult_t res =
+        chorusAllReduce(FAKE_DEVICE_PTR, out, 4, chorusFloat32, chorusSum, comm, NULL);
+    const char *msg = chorusGetLastError(comm);
+    if (res != chorusInvalidArgument || strstr(msg, "sendbuff") == NULL ||
+        strstr(msg, "CUDA") == NULL) {
+        fprintf(stderr, "FAIL: device sendbuff gave %d, \"%s\"\n", res, msg);
+        fails++;
+    }
+    res = chorusAllReduce(host, FAKE_DEVICE_PTR, 4, chorusFloat32, chorusSum, comm, NULL);
+    msg = chorusGetLastError(comm);
+    if (res != chorusInvalidArgument || strstr(msg, "recvbuff") == NULL) {
+        fprintf(stderr, "FAIL: device recvbuff gave %d, \"%s\"\n", res, msg);
+        fails++;
+    }
+    for (int i = 0; i < 4; i++)
+        if (out[i] != 0 || host[i] != i + 1) {
+            fprintf(stderr, "FAIL: a refused call changed a buffer\n");
+            fails++;
+            break;
+        }
+    res = chorusAllReduce(host, out, 4, chorusFloat32, chorusSum, comm, NULL);
+    if (res != chorusSuccess || memcmp(host, out, sizeof(out)) != 0) {
+        fprintf(stderr, "FAIL: host buffers after the refusals: %d\n", res);
+        fails++;
+    }
+    chorusCommDestroy(comm);
+    printf("%s: device pointers refused by a build without CUDA; host buffers still work\n",
+           fails ? "FAIL" : "PASS");
+    return fails ? 1 : 0;
+}
