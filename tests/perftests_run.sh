@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# perftests_run.sh MODE NRANKS MPIRUN EXE [ARGS...]: run a *_perf benchmark and judge its table.
+#
+# MODE mpi: MPIRUN --oversubscribe --allow-run-as-root -np NRANKS EXE ARGS (init by MPI).
+# MODE env: NRANKS background processes of EXE ARGS with CHORUS_RANK=r, CHORUS_NRANKS=NRANKS and
+#   CHORUS_ROOT=127.0.0.1:PORT, PORT one no socket on this host uses (MPIRUN is ignored, pass -).
+# Fails when a process exits non-zero, when the table has no rows, when a #wrong column is not 0,
+# or when the summary is not "# Out of bounds values : 0 OK". Exits 77 (SKIP) without mpirun.
+# CHORUS_PERF_TIMEOUT (seconds, default 540) bounds every process.
+set -u
+mode=${1:?usage: perftests_run.sh MODE NRANKS MPIRUN EXE [ARGS...]}
+n=${2:?} mpirun=${3:?} exe=${4:?}
+shift 4
+limit=${CHORUS_PERF_TIMEOUT:-540}
+
+skip() {
+    echo "SKIP: $*"
+    exit 77
+}
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do
+        kill -9 "$p" 2>/dev/null
+    done
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# A TCP port in 20000-32767 that no socket (any state, v4 or v6) on this host has as local port.
+free_port() {
+    local used port try
+    used=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk 'NR > 1 {split($2, a, ":"); print a[2]}')
+    for ((try = 0; try < 100; try++)); do
+        port=$((20000 + (RANDOM + $$ + try * 97) % 12768))
+        if ! grep -qix "$(printf '%04X' "$port")" <<<"$used"; then
+            echo "$port"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# Launcher variables of an enclosing job must not reach the children.
+unset CHORUS_PERF_INIT CHORUS_RANK CHORUS_NRANKS CHORUS_ROOT RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
+for v in $(env | awk -F= '/^(OMPI_COMM_WORLD|PMI_|PMIX_RANK|MV2_COMM_WORLD)/ {print $1}'); do
+    unset "$v"
+done
+
+status=0
+case $mode in
+mpi)
+    command -v "$mpirun" >/dev/null || skip "mpirun ($mpirun) not found"
+    echo "+ $mpirun --oversubscribe --allow-run-as-root -np $n $exe $*"
+    timeout -k 10 "$limit" "$mpirun" --oversubscribe --allow-run-as-root -np "$n" "$exe" "$@" \
+        >"$dir/out.0" 2>"$dir/err"
+    rc=$?
+    cat "$dir/out.0"
+    cat "$dir/err" >&2
+    [ $rc -eq 0 ] || { echo "mpirun exited with $rc" >&2; status=1; }
+    ;;
+env)
+    for attempt in 1 2 3; do
+        port=$(free_port) || fail "no free port found"
+        echo "+ CHORUS_RANK=0..$((n - 1)) CHORUS_NRANKS=$n CHORUS_ROOT=127.0.0.1:$port $exe $*"
+        pids=()
+        declare -A live=()
+        for ((r = 0; r < n; r++)); do
+            env CHORUS_RANK=$r CHORUS_NRANKS="$n" CHORUS_ROOT=127.0.0.1:$port \
+                timeout -k 10 "$limit" "$exe" "$@" >"$dir/out.$r" 2>"$dir/err.$r" &
+            pids[r]=$!
+            live[$!]=$r
+        done
+        # Reap ranks as they end; the first failure stops the others, which would otherwise wait
+        # for the dead rank until CHORUS_TIMEOUT_MS.
+        status=0
+        while [ ${#live[@]} -gt 0 ]; do
+            done_pid=
+            wait -n -p done_pid "${!live[@]}"
+            rc=$?
+            [ -n "$done_pid" ] || break
+            r=${live[$done_pid]}
+            unset "live[$done_pid]"
+            [ $rc -eq 0 ] && continue
+            if [ $status -eq 0 ]; then
+                echo "rank $r exited with $rc; stopping the others" >&2
+                [ ${#live[@]} -gt 0 ] && kill "${!live[@]}" 2>/dev/null
+            fi
+            status=1
+        done
+        pids=()
+        # Another process may take the port between the choice and the bind: try another one.
+        if [ $status -ne 0 ] && grep -qi "address already in use" "$dir"/err.*; then
+            echo "port $port was taken; retrying" >&2
+            continue
+        fi
+        break
+    done
+    cat "$dir/out.0"
+    for ((r = 0; r < n; r++)); do
+        [ -s "$dir/err.$r" ] && sed "s/^/[rank $r] /" "$dir/err.$r" >&2
+    done
+    ;;
+*)
+    fail "unknown mode '$mode' (mpi or env)"
+    ;;
+esac
+
+# Table rows: size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong ...
+rows=$(awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 13' "$dir/out.0" | wc -l)
+bad=$(awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 13 && (($9 != "N/A" && $9 != 0) || ($13 != "N/A" && $13 != 0))' \
+    "$dir/out.0")
+[ "$rows" -gt 0 ] || { echo "no table rows in the output" >&2; status=1; }
+[ -z "$bad" ] || { printf 'rows with wrong elements:\n%s\n' "$bad" >&2; status=1; }
+grep -q '^# Out of bounds values : 0 OK' "$dir/out.0" || { echo "summary is not '0 OK'" >&2; status=1; }
+case " $* " in
+*" --compare "* | *" -M "*)
+    grep -q 'mpi(us)' "$dir/out.0" || { echo "--compare mpi printed no mpi(us) column" >&2; status=1; }
+    ;;
+esac
+[ $status -eq 0 ] && echo "PASS: $rows rows" || echo "FAIL" >&2
+exit $status
