@@ -127,6 +127,8 @@ chorusResult_t chorusCommFinalize(chorusComm_t comm)
 
 chorusResult_t chorusCommDestroy(chorusComm_t comm)
 {
+    if (comm == NULL)
+        return chorusSuccess; /* as NCCL: nothing to destroy */
     CHECK(comm_check(comm, "chorusCommDestroy"));
     chorusResult_t res = comm_wait_idle(comm, comm->timeout_ms);
     if (res != chorusSuccess) {
@@ -141,6 +143,8 @@ chorusResult_t chorusCommDestroy(chorusComm_t comm)
 
 chorusResult_t chorusCommAbort(chorusComm_t comm)
 {
+    if (comm == NULL)
+        return chorusSuccess; /* as NCCL: nothing to abort */
     CHECK(comm_check(comm, "chorusCommAbort"));
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
     /* Waits poll the flag at least every 20 ms; queued stream work returns at its first wait. */

@@ -260,7 +260,12 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     chorusResult_t res = chorusSuccess;
     debug_set_rank(comm->rank);
     pthread_mutex_lock(&comm->exec_lock);
-    for (int i = 0; i < n && res == chorusSuccess;) {
+    /* Collectives in issue order, then every send/recv of the batch as one progress loop: a
+     * group's point-to-point calls must all progress together (their connections too), whatever
+     * collectives stand between them. Every rank orders its group the same way. */
+    comm_op_t *p2p = NULL;
+    int np2p = 0;
+    for (int i = 0; i < n && res == chorusSuccess; i++) {
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
             res = ERR(chorusInvalidUsage, SUB_COLL,
                       "%s (rank %d): the communicator was aborted before the call ran",
@@ -268,17 +273,17 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
             break;
         }
         if (is_p2p(ops[i].args.kind)) {
-            int j = i;
-            while (j < n && is_p2p(ops[j].args.kind))
-                j++;
-            res = run_p2p(comm, ops + i, j - i);
-            i = j;
-        } else {
-            if (ops[i].args.count > 0)
-                res = run_coll(comm, &ops[i].args);
-            i++;
+            if (p2p == NULL && (p2p = malloc(sizeof(comm_op_t) * n)) == NULL)
+                res = ERR(chorusSystemError, SUB_P2P, "out of memory");
+            else
+                p2p[np2p++] = ops[i];
+        } else if (ops[i].args.count > 0) {
+            res = run_coll(comm, &ops[i].args);
         }
     }
+    if (res == chorusSuccess && np2p > 0)
+        res = run_p2p(comm, p2p, np2p);
+    free(p2p);
     pthread_mutex_unlock(&comm->exec_lock);
     return res;
 }
@@ -292,8 +297,10 @@ static chorusResult_t issue(comm_op_t *op)
         return comm_api_return(op->comm, stream_enqueue(op->stream, op, 1));
     comm_op_started(op->comm);
     chorusResult_t res = comm_exec(op->comm, op, 1);
+    /* Records the error text in the communicator; after it, a concurrent chorusCommAbort may
+     * free the communicator, so it is not touched again. */
     comm_op_finished(op->comm, res);
-    return comm_api_return(op->comm, res);
+    return res;
 }
 
 #define OP(kind_, send_, recv_, count_, dtype_, op_, root_)                                        \

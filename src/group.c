@@ -128,8 +128,8 @@ chorusResult_t chorusGroupEnd(void)
     for (int p = 0; p < nparts && threads && started; p++) {
         if (started[p])
             pthread_join(threads[p], NULL);
+        /* part_thread recorded the error in the communicator; it is not touched after that. */
         if (parts[p].stream == NULL && parts[p].res != chorusSuccess) {
-            comm_api_return(parts[p].comm, parts[p].res);
             if (res == chorusSuccess)
                 res = ERR(parts[p].res, SUB_COLL, "%s",
                           parts[p].error[0] ? parts[p].error : debug_last_error());

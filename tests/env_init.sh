@@ -20,8 +20,8 @@ status=0
 
 # A port nobody listens on now: the kernel picks one, we release it (python3), else from the pid.
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' \
-        2>/dev/null || echo $((20000 + ($$ + RANDOM) % 12000))
+    local py='import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c "$py" 2>/dev/null || echo $((20000 + ($$ + RANDOM) % 12000))
 }
 
 # start NAME RANK VAR=VALUE...: one rank in the background, output in $dir/NAME.RANK

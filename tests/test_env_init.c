@@ -1,0 +1,120 @@
+/*
+ * test_env_init.c: one rank of a job joined by chorusCommInitEnv; driven by tests/env_init.sh.
+ *
+ *   test_env_init run         join by the environment (CHORUS_RANK/CHORUS_NRANKS/CHORUS_ROOT or
+ *                             torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), then prove the
+ *                             rank and size are the environment's, and an all-reduce and an
+ *                             all-gather give their closed forms
+ *   test_env_init bad WORD    chorusCommInitEnv must fail with chorusInvalidArgument and a last
+ *                             error that contains WORD (the variable at fault)
+ * Before joining, `run` prints "rank R: joining" so the driver can start another rank late.
+ * Exit 0: passed; 1: failed.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chorus.h"
+
+/* The rank and size the environment names (the test reads it to know what to expect). */
+static int env_int(const char *chorus_name, const char *torch_name)
+{
+    const char *v = getenv(chorus_name);
+    if (v == NULL || v[0] == '\0')
+        v = getenv(torch_name);
+    return v ? atoi(v) : -1;
+}
+
+static int run(void)
+{
+    int want_rank = env_int("CHORUS_RANK", "RANK"), want_n = env_int("CHORUS_NRANKS", "WORLD_SIZE");
+    printf("rank %d: joining\n", want_rank);
+    fflush(stdout);
+    chorusComm_t comm = NULL;
+    chorusResult_t res = chorusCommInitEnv(&comm);
+    if (res != chorusSuccess) {
+        printf("FAIL rank %d: chorusCommInitEnv: %s: %s\n", want_rank, chorusGetErrorString(res),
+               chorusGetLastError(NULL));
+        return 1;
+    }
+    int failed = 0, rank = -1, n = -1;
+    chorusCommUserRank(comm, &rank);
+    chorusCommCount(comm, &n);
+    if (rank != want_rank || n != want_n) {
+        printf("FAIL: communicator says rank %d of %d, the environment %d of %d\n", rank, n,
+               want_rank, want_n);
+        failed = 1;
+    }
+    enum { COUNT = 100003 };
+    int32_t *buf = malloc(COUNT * sizeof(int32_t));
+    for (int i = 0; i < COUNT; i++)
+        buf[i] = (rank + 1) * 1000 + i % 1000;
+    res = chorusAllReduce(buf, buf, COUNT, chorusInt32, chorusSum, comm, NULL);
+    if (res != chorusSuccess) {
+        printf("FAIL: chorusAllReduce: %s: %s\n", chorusGetErrorString(res),
+               chorusGetLastError(comm));
+        failed = 1;
+    }
+    for (int i = 0; i < COUNT && res == chorusSuccess; i++)
+        if (buf[i] != 1000 * n * (n + 1) / 2 + n * (i % 1000)) {
+            printf("FAIL: all-reduce element %d is %d, want %d\n", i, buf[i],
+                   1000 * n * (n + 1) / 2 + n * (i % 1000));
+            failed = 1;
+            break;
+        }
+    int64_t mine[2] = {rank, (int64_t)rank * rank}, *all = calloc(2 * (size_t)n, sizeof(int64_t));
+    res = chorusAllGather(mine, all, 2, chorusInt64, comm, NULL);
+    if (res != chorusSuccess) {
+        printf("FAIL: chorusAllGather: %s: %s\n", chorusGetErrorString(res),
+               chorusGetLastError(comm));
+        failed = 1;
+    }
+    for (int q = 0; q < n && res == chorusSuccess; q++)
+        if (all[2 * q] != q || all[2 * q + 1] != (int64_t)q * q) {
+            printf("FAIL: all-gather block %d is {%lld, %lld}\n", q, (long long)all[2 * q],
+                   (long long)all[2 * q + 1]);
+            failed = 1;
+            break;
+        }
+    res = chorusCommDestroy(comm);
+    if (res != chorusSuccess) {
+        printf("FAIL: chorusCommDestroy: %s\n", chorusGetErrorString(res));
+        failed = 1;
+    }
+    free(buf);
+    free(all);
+    printf("%s rank %d of %d: joined by environment, all-reduce and all-gather exact\n",
+           failed ? "FAIL" : "PASS", rank, n);
+    return failed;
+}
+
+static int bad(const char *word)
+{
+    chorusComm_t comm = NULL;
+    chorusResult_t res = chorusCommInitEnv(&comm);
+    const char *text = chorusGetLastError(NULL);
+    if (res == chorusSuccess) {
+        printf("FAIL: chorusCommInitEnv succeeded; want chorusInvalidArgument naming %s\n", word);
+        chorusCommDestroy(comm);
+        return 1;
+    }
+    if (res != chorusInvalidArgument || strstr(text, word) == NULL) {
+        printf("FAIL: chorusCommInitEnv returned %s \"%s\"; want chorusInvalidArgument naming %s\n",
+               chorusGetErrorString(res), text, word);
+        return 1;
+    }
+    printf("PASS refused with chorusInvalidArgument: \"%s\"\n", text);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 2 && strcmp(argv[1], "run") == 0)
+        return run();
+    if (argc == 3 && strcmp(argv[1], "bad") == 0)
+        return bad(argv[2]);
+    printf("usage: test_env_init run | test_env_init bad WORD\n");
+    return 1;
+}

@@ -1,0 +1,643 @@
+/*
+ * test_invalid.c: proves that invalid calls are refused cleanly and leave everything usable.
+ *
+ * The invalid-argument table, on a 2-rank communicator (thread ranks): NULL comm; NULL sendbuff or
+ * recvbuff with count > 0 for every collective and send/recv (NULL with count 0 is accepted);
+ * datatype and op out of range (42, -1, chorusNumTypes/chorusNumOps); root -1 and nranks for
+ * Broadcast/Reduce; peer -1 and nranks for Send/Recv; count * datatype size (* nranks for
+ * AllGather/ReduceScatter/AlltoAll) overflowing size_t; a bogus stream. Every entry must return
+ * chorusInvalidArgument, leave both buffers bit-for-bit as they were, leave a last-error text that
+ * names the function and the argument, and leave the communicator usable: a valid all-reduce right
+ * after it gives the right result. An invalid call inside a group is refused at once and the
+ * group's valid calls still run. Also chorusInvalidUsage for chorusGroupEnd without
+ * chorusGroupStart; chorusInvalidArgument for a config not made by CHORUS_CONFIG_INITIALIZER, bad
+ * config fields, nranks < 1, rank outside 0..nranks-1, a NULL output, an id with a bad magic, and
+ * bad chorusCommInitAll/Split arguments.
+ * Aborted communicator: rank 0 of a 2-rank communicator with config timeoutMs = 300 all-reduces
+ * 4 MiB alone; it must get chorusTimeout or chorusRemoteError in bounded time (not hang), the
+ * async error must report it, the next call must be refused with chorusInvalidUsage naming the
+ * abort (buffers untouched), and both ranks then destroy without hanging.
+ * Malformed environment: each bad CHORUS_* value makes init (and chorusGetUniqueId, and
+ * chorusCommInitAll) fail with chorusInvalidArgument and a message naming the variable; once
+ * unset, init with the same id succeeds.
+ * Exit 0: all passed; 1: a check failed (the first failures are printed).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chorus.h"
+
+#define NRANKS 2
+#define BUF_BYTES 65536
+
+static long failures;
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (__atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED) < 30) {                             \
+            char msg_[1024];                                                                       \
+            snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                             \
+            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, msg_);                                  \
+            fflush(stdout);                                                                        \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_OK(call)                                                                             \
+    do {                                                                                           \
+        chorusResult_t r_ = (call);                                                                \
+        if (r_ != chorusSuccess)                                                                   \
+            FAIL("%s returned %d (%s): %s", #call, (int)r_, chorusGetErrorString(r_),              \
+                 chorusGetLastError(NULL));                                                        \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void pattern(unsigned char *buf, size_t nbytes, unsigned seed)
+{
+    for (size_t i = 0; i < nbytes; i++)
+        buf[i] = (unsigned char)((i * 131 + seed * 17 + (i >> 8)) ^ 0x5c);
+}
+
+static int pattern_intact(const unsigned char *buf, size_t nbytes, unsigned seed)
+{
+    for (size_t i = 0; i < nbytes; i++)
+        if (buf[i] != (unsigned char)((i * 131 + seed * 17 + (i >> 8)) ^ 0x5c))
+            return 0;
+    return 1;
+}
+
+/* Refused with want, and the last error names every word in words (NULL-terminated). */
+static void expect_refused(const char *what, chorusResult_t got, chorusResult_t want,
+                           const char *text, const char *word1, const char *word2)
+{
+    if (got != want) {
+        FAIL("%s: returned %d (%s), want %d (%s)", what, (int)got, chorusGetErrorString(got),
+             (int)want, chorusGetErrorString(want));
+        return;
+    }
+    if (text == NULL || text[0] == '\0') {
+        FAIL("%s: refused, but chorusGetLastError is empty", what);
+        return;
+    }
+    if ((word1 && strstr(text, word1) == NULL) || (word2 && strstr(text, word2) == NULL))
+        FAIL("%s: the last error does not name \"%s\"%s%s%s: \"%s\"", what, word1 ? word1 : "",
+             word2 ? " and \"" : "", word2 ? word2 : "", word2 ? "\"" : "", text);
+}
+
+/* ---- the valid call that proves the communicator still works ---- */
+
+static chorusComm_t comms[NRANKS];
+
+/* One thread issues both ranks' all-reduce in one group (NCCL's single-thread pattern). */
+static void valid_allreduce(const char *after)
+{
+    enum { COUNT = 1031 };
+    static int32_t in[NRANKS][COUNT], out[NRANKS][COUNT];
+    for (int r = 0; r < NRANKS; r++)
+        for (int i = 0; i < COUNT; i++) {
+            in[r][i] = (r + 1) * 1000 + i;
+            out[r][i] = -7;
+        }
+    chorusResult_t res = chorusGroupStart();
+    for (int r = 0; r < NRANKS && res == chorusSuccess; r++)
+        res = chorusAllReduce(in[r], out[r], COUNT, chorusInt32, chorusSum, comms[r], NULL);
+    chorusResult_t end = chorusGroupEnd();
+    if (res != chorusSuccess || end != chorusSuccess) {
+        FAIL("valid all-reduce after \"%s\" failed: %s / %s: %s", after, chorusGetErrorString(res),
+             chorusGetErrorString(end), chorusGetLastError(NULL));
+        return;
+    }
+    for (int r = 0; r < NRANKS; r++)
+        for (int i = 0; i < COUNT; i++)
+            if (out[r][i] != 3000 + 2 * i) { /* (1000 + i) + (2000 + i) */
+                FAIL("valid all-reduce after \"%s\": rank %d element %d is %d, want %d", after, r,
+                     i, out[r][i], 3000 + 2 * i);
+                return;
+            }
+}
+
+/* ---- the table ---- */
+
+typedef enum {
+    F_ALLREDUCE,
+    F_BROADCAST,
+    F_REDUCE,
+    F_ALLGATHER,
+    F_REDUCESCATTER,
+    F_ALLTOALL,
+    F_SEND,
+    F_RECV
+} fn_t;
+static const char *fn_names[] = {"chorusAllReduce", "chorusBroadcast",     "chorusReduce",
+                                 "chorusAllGather", "chorusReduceScatter", "chorusAlltoAll",
+                                 "chorusSend",      "chorusRecv"};
+
+typedef struct bad {
+    const char *what;
+    fn_t fn;
+    int null_comm, null_send, null_recv, bogus_stream;
+    size_t count;
+    int dtype, op, root; /* root: Broadcast/Reduce root, Send/Recv peer */
+    const char *word; /* the argument the error must name */
+} bad_t;
+
+#define F32 chorusFloat32
+#define SUM chorusSum
+#define HALF_MAX (SIZE_MAX / 2)
+/* count * 4 fits in size_t, count * 4 * 2 ranks does not. */
+#define F32_TIMES_N_OVERFLOW (SIZE_MAX / 8 + 1)
+
+static const bad_t table[] = {
+    {"comm NULL", F_ALLREDUCE, 1, 0, 0, 0, 16, F32, SUM, 0, "comm"},
+    {"comm NULL", F_BROADCAST, 1, 0, 0, 0, 16, F32, SUM, 0, "comm"},
+    {"comm NULL", F_REDUCE, 1, 0, 0, 0, 16, F32, SUM, 0, "comm"},
+    {"comm NULL", F_ALLGATHER, 1, 0, 0, 0, 16, F32, SUM, 0, "comm"},
+    {"comm NULL", F_REDUCESCATTER, 1, 0, 0, 0, 16, F32, SUM, 0, "comm"},
+    {"comm NULL", F_ALLTOALL, 1, 0, 0, 0, 16, F32, SUM, 0, "comm"},
+    {"comm NULL", F_SEND, 1, 0, 0, 0, 16, F32, SUM, 1, "comm"},
+    {"comm NULL", F_RECV, 1, 0, 0, 0, 16, F32, SUM, 1, "comm"},
+    {"sendbuff NULL", F_ALLREDUCE, 0, 1, 0, 0, 16, F32, SUM, 0, "sendbuff"},
+    {"recvbuff NULL", F_ALLREDUCE, 0, 0, 1, 0, 16, F32, SUM, 0, "recvbuff"},
+    {"sendbuff NULL at the root", F_BROADCAST, 0, 1, 0, 0, 16, F32, SUM, 0, "sendbuff"},
+    {"recvbuff NULL", F_BROADCAST, 0, 0, 1, 0, 16, F32, SUM, 0, "recvbuff"},
+    {"sendbuff NULL", F_REDUCE, 0, 1, 0, 0, 16, F32, SUM, 0, "sendbuff"},
+    {"recvbuff NULL at the root", F_REDUCE, 0, 0, 1, 0, 16, F32, SUM, 0, "recvbuff"},
+    {"sendbuff NULL", F_ALLGATHER, 0, 1, 0, 0, 16, F32, SUM, 0, "sendbuff"},
+    {"recvbuff NULL", F_ALLGATHER, 0, 0, 1, 0, 16, F32, SUM, 0, "recvbuff"},
+    {"sendbuff NULL", F_REDUCESCATTER, 0, 1, 0, 0, 16, F32, SUM, 0, "sendbuff"},
+    {"recvbuff NULL", F_REDUCESCATTER, 0, 0, 1, 0, 16, F32, SUM, 0, "recvbuff"},
+    {"sendbuff NULL", F_ALLTOALL, 0, 1, 0, 0, 16, F32, SUM, 0, "sendbuff"},
+    {"recvbuff NULL", F_ALLTOALL, 0, 0, 1, 0, 16, F32, SUM, 0, "recvbuff"},
+    {"sendbuff NULL", F_SEND, 0, 1, 0, 0, 16, F32, SUM, 1, "sendbuff"},
+    {"recvbuff NULL", F_RECV, 0, 0, 1, 0, 16, F32, SUM, 1, "recvbuff"},
+    {"datatype 42", F_ALLREDUCE, 0, 0, 0, 0, 16, 42, SUM, 0, "datatype"},
+    {"datatype -1", F_ALLREDUCE, 0, 0, 0, 0, 16, -1, SUM, 0, "datatype"},
+    {"datatype chorusNumTypes", F_ALLREDUCE, 0, 0, 0, 0, 16, chorusNumTypes, SUM, 0, "datatype"},
+    {"datatype 42", F_BROADCAST, 0, 0, 0, 0, 16, 42, SUM, 0, "datatype"},
+    {"datatype -1", F_REDUCE, 0, 0, 0, 0, 16, -1, SUM, 0, "datatype"},
+    {"datatype 42", F_ALLGATHER, 0, 0, 0, 0, 16, 42, SUM, 0, "datatype"},
+    {"datatype -1", F_REDUCESCATTER, 0, 0, 0, 0, 16, -1, SUM, 0, "datatype"},
+    {"datatype 42", F_ALLTOALL, 0, 0, 0, 0, 16, 42, SUM, 0, "datatype"},
+    {"datatype 42", F_SEND, 0, 0, 0, 0, 16, 42, SUM, 1, "datatype"},
+    {"datatype -1", F_RECV, 0, 0, 0, 0, 16, -1, SUM, 1, "datatype"},
+    {"op 42", F_ALLREDUCE, 0, 0, 0, 0, 16, F32, 42, 0, "op 42"},
+    {"op -1", F_ALLREDUCE, 0, 0, 0, 0, 16, F32, -1, 0, "op -1"},
+    {"op chorusNumOps", F_ALLREDUCE, 0, 0, 0, 0, 16, F32, chorusNumOps, 0, "op 5"},
+    {"op 42", F_REDUCE, 0, 0, 0, 0, 16, F32, 42, 0, "op 42"},
+    {"op -1", F_REDUCESCATTER, 0, 0, 0, 0, 16, F32, -1, 0, "op -1"},
+    {"root -1", F_BROADCAST, 0, 0, 0, 0, 16, F32, SUM, -1, "root"},
+    {"root nranks", F_BROADCAST, 0, 0, 0, 0, 16, F32, SUM, NRANKS, "root"},
+    {"root -1", F_REDUCE, 0, 0, 0, 0, 16, F32, SUM, -1, "root"},
+    {"root nranks", F_REDUCE, 0, 0, 0, 0, 16, F32, SUM, NRANKS, "root"},
+    {"peer -1", F_SEND, 0, 0, 0, 0, 16, F32, SUM, -1, "peer"},
+    {"peer nranks", F_SEND, 0, 0, 0, 0, 16, F32, SUM, NRANKS, "peer"},
+    {"peer -1", F_RECV, 0, 0, 0, 0, 16, F32, SUM, -1, "peer"},
+    {"peer nranks", F_RECV, 0, 0, 0, 0, 16, F32, SUM, NRANKS, "peer"},
+    {"count SIZE_MAX/2 float32", F_ALLREDUCE, 0, 0, 0, 0, HALF_MAX, F32, SUM, 0, "count"},
+    {"count SIZE_MAX/2 float32", F_BROADCAST, 0, 0, 0, 0, HALF_MAX, F32, SUM, 0, "count"},
+    {"count SIZE_MAX/2 float32", F_REDUCE, 0, 0, 0, 0, HALF_MAX, F32, SUM, 0, "count"},
+    {"count SIZE_MAX/2+1 int8 (count*nranks overflows)", F_ALLGATHER, 0, 0, 0, 0, HALF_MAX + 1,
+     chorusInt8, SUM, 0, "count"},
+    {"count SIZE_MAX/8+1 float32 (count*4 fits, *nranks overflows)", F_ALLGATHER, 0, 0, 0, 0,
+     F32_TIMES_N_OVERFLOW, F32, SUM, 0, "count"},
+    {"count SIZE_MAX/8+1 float32 (count*4 fits, *nranks overflows)", F_REDUCESCATTER, 0, 0, 0, 0,
+     F32_TIMES_N_OVERFLOW, F32, SUM, 0, "count"},
+    {"count SIZE_MAX/8+1 float32 (count*4 fits, *nranks overflows)", F_ALLTOALL, 0, 0, 0, 0,
+     F32_TIMES_N_OVERFLOW, F32, SUM, 0, "count"},
+    {"count SIZE_MAX/4 float64", F_SEND, 0, 0, 0, 0, SIZE_MAX / 4, chorusFloat64, SUM, 1, "count"},
+    {"count SIZE_MAX/2 float32", F_RECV, 0, 0, 0, 0, HALF_MAX, F32, SUM, 1, "count"},
+    {"bogus stream", F_ALLREDUCE, 0, 0, 0, 1, 16, F32, SUM, 0, "stream"},
+    {"bogus stream", F_BROADCAST, 0, 0, 0, 1, 16, F32, SUM, 0, "stream"},
+    {"bogus stream", F_ALLTOALL, 0, 0, 0, 1, 16, F32, SUM, 0, "stream"},
+    {"bogus stream", F_SEND, 0, 0, 0, 1, 16, F32, SUM, 1, "stream"},
+};
+
+static chorusResult_t issue(fn_t fn, const void *s, void *r, size_t count, int dtype, int op,
+                            int root, chorusComm_t comm, chorusStream_t stream)
+{
+    chorusDataType_t t = (chorusDataType_t)dtype;
+    chorusRedOp_t o = (chorusRedOp_t)op;
+    switch (fn) {
+    case F_ALLREDUCE:
+        return chorusAllReduce(s, r, count, t, o, comm, stream);
+    case F_BROADCAST:
+        return chorusBroadcast(s, r, count, t, root, comm, stream);
+    case F_REDUCE:
+        return chorusReduce(s, r, count, t, o, root, comm, stream);
+    case F_ALLGATHER:
+        return chorusAllGather(s, r, count, t, comm, stream);
+    case F_REDUCESCATTER:
+        return chorusReduceScatter(s, r, count, t, o, comm, stream);
+    case F_ALLTOALL:
+        return chorusAlltoAll(s, r, count, t, comm, stream);
+    case F_SEND:
+        return chorusSend(s, count, t, root, comm, stream);
+    default:
+        return chorusRecv(r, count, t, root, comm, stream);
+    }
+}
+
+static unsigned char sbuf[BUF_BYTES], rbuf[BUF_BYTES];
+
+/* chorusGetLastError(comm) read on a fresh thread (no error text of its own): the comm's. */
+static char other_text[1024];
+
+static void *read_comm_error(void *comm)
+{
+    snprintf(other_text, sizeof(other_text), "%s", chorusGetLastError((chorusComm_t)comm));
+    return NULL;
+}
+
+static void run_table(void)
+{
+    int bogus = 0;
+    int n = (int)(sizeof(table) / sizeof(table[0]));
+    for (int i = 0; i < n; i++) {
+        const bad_t *b = &table[i];
+        char what[160];
+        snprintf(what, sizeof(what), "%s %s", fn_names[b->fn], b->what);
+        pattern(sbuf, BUF_BYTES, (unsigned)i);
+        pattern(rbuf, BUF_BYTES, (unsigned)i + 1000);
+        chorusComm_t comm = b->null_comm ? NULL : comms[0];
+        chorusResult_t res =
+            issue(b->fn, b->null_send ? NULL : sbuf, b->null_recv ? NULL : rbuf, b->count, b->dtype,
+                  b->op, b->root, comm, b->bogus_stream ? (chorusStream_t)&bogus : NULL);
+        expect_refused(what, res, chorusInvalidArgument, chorusGetLastError(comm), fn_names[b->fn],
+                       b->word);
+        if (comm != NULL) {
+            pthread_t t;
+            other_text[0] = '\0';
+            pthread_create(&t, NULL, read_comm_error, comm);
+            pthread_join(t, NULL);
+            char what2[200];
+            snprintf(what2, sizeof(what2), "%s (error read from another thread)", what);
+            expect_refused(what2, res, chorusInvalidArgument, other_text, fn_names[b->fn], b->word);
+        }
+        if (!pattern_intact(sbuf, BUF_BYTES, (unsigned)i) ||
+            !pattern_intact(rbuf, BUF_BYTES, (unsigned)i + 1000))
+            FAIL("%s: a buffer changed although the call was refused", what);
+        valid_allreduce(what);
+    }
+    printf("%s %d invalid collective/send/recv calls refused with chorusInvalidArgument, buffers "
+           "unchanged, error naming function and argument, communicator still usable\n",
+           failures ? "FAIL" : "PASS", n);
+}
+
+/* NULL buffers with count 0 are accepted by every call (both ranks, one group). */
+static void run_count0(void)
+{
+    long before = failures;
+    CHECK_OK(chorusGroupStart());
+    for (int r = 0; r < NRANKS; r++) {
+        CHECK_OK(chorusAllReduce(NULL, NULL, 0, chorusFloat32, chorusSum, comms[r], NULL));
+        CHECK_OK(chorusBroadcast(NULL, NULL, 0, chorusFloat32, 1, comms[r], NULL));
+        CHECK_OK(chorusReduce(NULL, NULL, 0, chorusFloat32, chorusMax, 0, comms[r], NULL));
+        CHECK_OK(chorusAllGather(NULL, NULL, 0, chorusInt8, comms[r], NULL));
+        CHECK_OK(chorusReduceScatter(NULL, NULL, 0, chorusInt64, chorusProd, comms[r], NULL));
+        CHECK_OK(chorusAlltoAll(NULL, NULL, 0, chorusFloat64, comms[r], NULL));
+        CHECK_OK(chorusSend(NULL, 0, chorusInt32, 1 - r, comms[r], NULL));
+        CHECK_OK(chorusRecv(NULL, 0, chorusInt32, 1 - r, comms[r], NULL));
+    }
+    CHECK_OK(chorusGroupEnd());
+    valid_allreduce("count-0 calls with NULL buffers");
+    printf("%s NULL buffers with count 0 are accepted by every collective and send/recv\n",
+           failures == before ? "PASS" : "FAIL");
+}
+
+/* An invalid call inside a group is refused at once; the group's valid calls still run. */
+static void run_group(void)
+{
+    long before = failures;
+    enum { COUNT = 513 };
+    int64_t in[NRANKS][COUNT], out[NRANKS][COUNT];
+    for (int r = 0; r < NRANKS; r++)
+        for (int i = 0; i < COUNT; i++) {
+            in[r][i] = (int64_t)(r + 1) << 33 | i;
+            out[r][i] = 0;
+        }
+    CHECK_OK(chorusGroupStart());
+    chorusResult_t res =
+        chorusAllReduce(in[0], out[0], COUNT, (chorusDataType_t)42, chorusSum, comms[0], NULL);
+    expect_refused("chorusAllReduce datatype 42 inside a group", res, chorusInvalidArgument,
+                   chorusGetLastError(comms[0]), "chorusAllReduce", "datatype");
+    for (int r = 0; r < NRANKS; r++)
+        CHECK_OK(chorusAllReduce(in[r], out[r], COUNT, chorusInt64, chorusMax, comms[r], NULL));
+    CHECK_OK(chorusGroupEnd());
+    for (int r = 0; r < NRANKS; r++)
+        for (int i = 0; i < COUNT; i++)
+            if (out[r][i] != ((int64_t)NRANKS << 33 | i)) {
+                FAIL("group with a refused call: rank %d element %d wrong", r, i);
+                break;
+            }
+    res = chorusGroupEnd();
+    expect_refused("chorusGroupEnd without chorusGroupStart", res, chorusInvalidUsage,
+                   chorusGetLastError(NULL), "chorusGroupEnd", "chorusGroupStart");
+    valid_allreduce("chorusGroupEnd without chorusGroupStart");
+    chorusResult_t async = chorusSuccess;
+    CHECK_OK(chorusCommGetAsyncError(comms[0], &async));
+    if (async != chorusSuccess)
+        FAIL("refused calls left an async error on the communicator: %d", (int)async);
+    printf("%s an invalid call inside a group is refused and the group still runs; chorusGroupEnd "
+           "without chorusGroupStart is chorusInvalidUsage; no async error afterwards\n",
+           failures == before ? "PASS" : "FAIL");
+}
+
+/* ---- init and config arguments ---- */
+
+static void run_init_args(void)
+{
+    long before = failures;
+    chorusUniqueId id;
+    CHECK_OK(chorusGetUniqueId(&id));
+    chorusComm_t c = NULL;
+    chorusResult_t res;
+
+    chorusConfig_t raw;
+    memset(&raw, 0, sizeof(raw));
+    raw.timeoutMs = 1000;
+    res = chorusCommInitRankConfig(&c, 1, id, 0, &raw);
+    expect_refused("config not made by CHORUS_CONFIG_INITIALIZER", res, chorusInvalidArgument,
+                   chorusGetLastError(NULL), "CHORUS_CONFIG_INITIALIZER", NULL);
+    chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
+    cfg.timeoutMs = -5;
+    res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg);
+    expect_refused("config timeoutMs -5", res, chorusInvalidArgument, chorusGetLastError(NULL),
+                   "timeoutMs", NULL);
+    chorusConfig_t cfg2 = CHORUS_CONFIG_INITIALIZER;
+    cfg2.minChannels = 0;
+    res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg2);
+    expect_refused("config minChannels 0", res, chorusInvalidArgument, chorusGetLastError(NULL),
+                   "minChannels", NULL);
+    chorusConfig_t cfg3 = CHORUS_CONFIG_INITIALIZER;
+    cfg3.blocking = 7;
+    res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg3);
+    expect_refused("config blocking 7", res, chorusInvalidArgument, chorusGetLastError(NULL),
+                   "blocking", NULL);
+
+    res = chorusCommInitRank(&c, 0, id, 0);
+    expect_refused("chorusCommInitRank nranks 0", res, chorusInvalidArgument,
+                   chorusGetLastError(NULL), "nranks", NULL);
+    res = chorusCommInitRank(&c, -3, id, 0);
+    expect_refused("chorusCommInitRank nranks -3", res, chorusInvalidArgument,
+                   chorusGetLastError(NULL), "nranks", NULL);
+    res = chorusCommInitRank(&c, 2, id, 2);
+    expect_refused("chorusCommInitRank rank 2 of 2", res, chorusInvalidArgument,
+                   chorusGetLastError(NULL), "rank", NULL);
+    res = chorusCommInitRank(&c, 2, id, -1);
+    expect_refused("chorusCommInitRank rank -1", res, chorusInvalidArgument,
+                   chorusGetLastError(NULL), "rank", NULL);
+    res = chorusCommInitRank(NULL, 1, id, 0);
+    expect_refused("chorusCommInitRank comm NULL", res, chorusInvalidArgument,
+                   chorusGetLastError(NULL), "comm", NULL);
+    chorusUniqueId zero;
+    memset(&zero, 0, sizeof(zero));
+    res = chorusCommInitRank(&c, 1, zero, 0);
+    expect_refused("chorusCommInitRank with an all-zero id", res, chorusInvalidArgument,
+                   chorusGetLastError(NULL), "unique id", NULL);
+    res = chorusGetUniqueId(NULL);
+    expect_refused("chorusGetUniqueId(NULL)", res, chorusInvalidArgument, chorusGetLastError(NULL),
+                   "uniqueId", NULL);
+
+    chorusComm_t two[2];
+    res = chorusCommInitAll(two, 0, NULL);
+    expect_refused("chorusCommInitAll ndev 0", res, chorusInvalidArgument, chorusGetLastError(NULL),
+                   "ndev", NULL);
+    res = chorusCommInitAll(NULL, 2, NULL);
+    expect_refused("chorusCommInitAll comms NULL", res, chorusInvalidArgument,
+                   chorusGetLastError(NULL), "comms", NULL);
+    res = chorusCommSplit(comms[0], 0, 0, NULL, NULL);
+    expect_refused("chorusCommSplit newcomm NULL", res, chorusInvalidArgument,
+                   chorusGetLastError(comms[0]), "newcomm", NULL);
+    valid_allreduce("chorusCommSplit newcomm NULL");
+
+    /* The id is still good after all that: a 1-rank communicator joins it. */
+    c = NULL;
+    res = chorusCommInitRankConfig(&c, 1, id, 0, NULL);
+    if (res != chorusSuccess)
+        FAIL("1-rank init with the id after the refused calls: %s: %s", chorusGetErrorString(res),
+             chorusGetLastError(NULL));
+    else
+        CHECK_OK(chorusCommDestroy(c));
+    printf("%s init/config/InitAll/Split argument errors are chorusInvalidArgument naming the "
+           "argument\n",
+           failures == before ? "PASS" : "FAIL");
+}
+
+/* ---- an aborted communicator ---- */
+
+typedef struct abort_rank {
+    int rank;
+    chorusUniqueId id;
+    chorusComm_t comm;
+    chorusResult_t init_res;
+} abort_rank_t;
+
+static pthread_mutex_t abort_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t abort_cv = PTHREAD_COND_INITIALIZER;
+static int rank0_done;
+
+static void *abort_rank_thread(void *p)
+{
+    abort_rank_t *a = p;
+    chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 300;
+    a->init_res = chorusCommInitRankConfig(&a->comm, 2, a->id, a->rank, &cfg);
+    if (a->init_res != chorusSuccess) {
+        FAIL("aborted-communicator setup: rank %d init: %s: %s", a->rank,
+             chorusGetErrorString(a->init_res), chorusGetLastError(NULL));
+        pthread_mutex_lock(&abort_mu);
+        rank0_done = 1; /* let the other rank go on */
+        pthread_cond_broadcast(&abort_cv);
+        pthread_mutex_unlock(&abort_mu);
+        return NULL;
+    }
+    if (a->rank == 0) {
+        size_t count = 1 << 20; /* 4 MiB of float32 */
+        float *buf = malloc(count * 4);
+        for (size_t i = 0; i < count; i++)
+            buf[i] = (float)(i % 100);
+        double t0 = now_s();
+        chorusResult_t res =
+            chorusAllReduce(buf, buf, count, chorusFloat32, chorusSum, a->comm, NULL);
+        double dt = now_s() - t0;
+        if (res != chorusTimeout && res != chorusRemoteError)
+            FAIL("all-reduce that rank 1 never joins returned %d (%s), want chorusTimeout or "
+                 "chorusRemoteError",
+                 (int)res, chorusGetErrorString(res));
+        else
+            printf("     all-reduce alone: %s after %.2f s (timeoutMs 300): %s\n",
+                   chorusGetErrorString(res), dt, chorusGetLastError(a->comm));
+        if (dt > 20.0) /* a hang check, not a performance bound */
+            FAIL("the failed all-reduce took %.1f s with timeoutMs 300", dt);
+        chorusResult_t async = chorusSuccess;
+        CHECK_OK(chorusCommGetAsyncError(a->comm, &async));
+        if (async != res)
+            FAIL("chorusCommGetAsyncError reports %d (%s) after the call failed with %d",
+                 (int)async, chorusGetErrorString(async), (int)res);
+        /* The next call is refused: the communicator is aborted. */
+        int32_t s[8] = {1, 2, 3, 4, 5, 6, 7, 8}, r[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+        res = chorusAllReduce(s, r, 8, chorusInt32, chorusSum, a->comm, NULL);
+        expect_refused("a collective issued on the aborted communicator", res, chorusInvalidUsage,
+                       chorusGetLastError(a->comm), "abort", NULL);
+        for (int i = 0; i < 8; i++)
+            if (s[i] != i + 1 || r[i] != 9) {
+                FAIL("the refused call on the aborted communicator changed a buffer");
+                break;
+            }
+        res = chorusSend(s, 8, chorusInt32, 1, a->comm, NULL);
+        expect_refused("a send issued on the aborted communicator", res, chorusInvalidUsage,
+                       chorusGetLastError(a->comm), "abort", NULL);
+        free(buf);
+        pthread_mutex_lock(&abort_mu);
+        rank0_done = 1;
+        pthread_cond_broadcast(&abort_cv);
+        pthread_mutex_unlock(&abort_mu);
+    } else {
+        /* Rank 1 never joins; it waits (with a deadline) until rank 0 has seen the failure. */
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 60;
+        pthread_mutex_lock(&abort_mu);
+        while (!rank0_done)
+            if (pthread_cond_timedwait(&abort_cv, &abort_mu, &dl) != 0)
+                break;
+        int done = rank0_done;
+        pthread_mutex_unlock(&abort_mu);
+        if (!done)
+            FAIL("rank 0 did not finish its failed all-reduce within 60 s");
+    }
+    double t0 = now_s();
+    chorusResult_t res = chorusCommDestroy(a->comm);
+    if (res != chorusSuccess)
+        FAIL("rank %d: chorusCommDestroy after the abort: %s", a->rank, chorusGetErrorString(res));
+    if (now_s() - t0 > 20.0)
+        FAIL("rank %d: chorusCommDestroy took %.1f s", a->rank, now_s() - t0);
+    return NULL;
+}
+
+static void run_aborted(void)
+{
+    long before = failures;
+    abort_rank_t ranks[2];
+    pthread_t threads[2];
+    chorusUniqueId id;
+    CHECK_OK(chorusGetUniqueId(&id));
+    for (int r = 0; r < 2; r++) {
+        ranks[r] = (abort_rank_t){.rank = r, .id = id};
+        pthread_create(&threads[r], NULL, abort_rank_thread, &ranks[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(threads[r], NULL);
+    printf("%s a collective that a peer never joins fails with timeout (config timeoutMs 300), "
+           "the async error reports it, the next calls are chorusInvalidUsage naming the abort, "
+           "both ranks destroy\n",
+           failures == before ? "PASS" : "FAIL");
+}
+
+/* ---- malformed environment ---- */
+
+static void run_env(void)
+{
+    long before = failures;
+    static const char *bad[][3] = {
+        /* variable, value, what the message must name (besides the variable) */
+        {"CHORUS_BUFFSIZE", "abc", NULL},     {"CHORUS_BUFFSIZE", "4Q", NULL},
+        {"CHORUS_NCHANNELS", "-3", NULL},     {"CHORUS_NCHANNELS", "33", NULL},
+        {"CHORUS_TIMEOUT_MS", "0", NULL},     {"CHORUS_TIMEOUT_MS", "12x", NULL},
+        {"CHORUS_STEPS", "1", NULL},          {"CHORUS_SPIN", "fast", NULL},
+        {"CHORUS_P2P_BUFFSIZE", "100", NULL}, {"CHORUS_MIN_NCHANNELS", "0", NULL},
+    };
+    chorusUniqueId id;
+    CHECK_OK(chorusGetUniqueId(&id)); /* made while the environment is clean */
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char what[160];
+        snprintf(what, sizeof(what), "%s=%s", bad[i][0], bad[i][1]);
+        setenv(bad[i][0], bad[i][1], 1);
+        chorusComm_t c = NULL;
+        chorusResult_t res = chorusCommInitRank(&c, 1, id, 0);
+        char text[1024];
+        snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
+        if (res == chorusSuccess)
+            chorusCommDestroy(c);
+        expect_refused(what, res, chorusInvalidArgument, text, bad[i][0], NULL);
+        if (i < 2) { /* the other entry points read the same table */
+            chorusUniqueId other;
+            res = chorusGetUniqueId(&other);
+            snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
+            snprintf(what, sizeof(what), "chorusGetUniqueId with %s=%s", bad[i][0], bad[i][1]);
+            expect_refused(what, res, chorusInvalidArgument, text, bad[i][0], NULL);
+            chorusComm_t two[2] = {NULL, NULL};
+            res = chorusCommInitAll(two, 2, NULL);
+            snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
+            if (res == chorusSuccess) {
+                chorusCommDestroy(two[0]);
+                chorusCommDestroy(two[1]);
+            }
+            snprintf(what, sizeof(what), "chorusCommInitAll with %s=%s", bad[i][0], bad[i][1]);
+            expect_refused(what, res, chorusInvalidArgument, text, bad[i][0], NULL);
+        }
+        unsetenv(bad[i][0]);
+    }
+    setenv("CHORUS_TIMEOUT_MS", "10000", 1); /* main's value, unset by the loop */
+    /* Both bounds named when they contradict each other. */
+    setenv("CHORUS_MIN_NCHANNELS", "4", 1);
+    setenv("CHORUS_MAX_NCHANNELS", "2", 1);
+    chorusComm_t c = NULL;
+    chorusResult_t res = chorusCommInitRank(&c, 1, id, 0);
+    expect_refused("CHORUS_MIN_NCHANNELS=4 CHORUS_MAX_NCHANNELS=2", res, chorusInvalidArgument,
+                   chorusGetLastError(NULL), "CHORUS_MIN_NCHANNELS", "CHORUS_MAX_NCHANNELS");
+    if (res == chorusSuccess)
+        chorusCommDestroy(c);
+    unsetenv("CHORUS_MIN_NCHANNELS");
+    unsetenv("CHORUS_MAX_NCHANNELS");
+    /* Clean again: the same id still serves. */
+    c = NULL;
+    res = chorusCommInitRank(&c, 1, id, 0);
+    if (res != chorusSuccess) {
+        FAIL("init after unsetting the malformed variables: %s: %s", chorusGetErrorString(res),
+             chorusGetLastError(NULL));
+    } else {
+        int32_t x = 5, y = 0;
+        CHECK_OK(chorusAllReduce(&x, &y, 1, chorusInt32, chorusSum, c, NULL));
+        if (y != 5)
+            FAIL("1-rank all-reduce gave %d, want 5", y);
+        CHECK_OK(chorusCommDestroy(c));
+    }
+    printf("%s malformed CHORUS_* values fail init with chorusInvalidArgument naming the "
+           "variable; init works once they are unset\n",
+           failures == before ? "PASS" : "FAIL");
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    /* A wrongly accepted call would wait for a peer that never comes: keep that wait short. */
+    setenv("CHORUS_TIMEOUT_MS", "10000", 1);
+    printf("test_invalid: argument checks on a %d-rank communicator (thread ranks)\n", NRANKS);
+    chorusResult_t res = chorusCommInitAll(comms, NRANKS, NULL);
+    if (res != chorusSuccess) {
+        printf("FAIL chorusCommInitAll: %s: %s\n", chorusGetErrorString(res),
+               chorusGetLastError(NULL));
+        return 1;
+    }
+    valid_allreduce("init");
+    run_table();
+    run_count0();
+    run_group();
+    run_init_args();
+    for (int r = 0; r < NRANKS; r++)
+        CHECK_OK(chorusCommDestroy(comms[r]));
+    run_aborted();
+    run_env();
+    printf("%s test_invalid\n", failures ? "FAIL" : "PASS");
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,472 @@
+/*
+ * test_lifecycle.c: proves a communicator's life from init to destroy or abort leaves nothing.
+ *
+ * 1. 50 x (chorusCommInitAll of 4 thread ranks, a grouped all-reduce and a grouped send ring
+ *    issued by one thread, destroy): afterwards the process has as many open file descriptors
+ *    and threads as before (waited for with a deadline: the rendezvous root thread exits on its
+ *    own), and no /dev/shm/chorus-<pid>-* segment is left.
+ * 2. chorusCommAbort from another thread while rank 0 is blocked in an all-reduce that rank 1
+ *    never joins: Abort returns in bounded time, the all-reduce returns an error; the same with
+ *    calls queued on a host stream. To know the all-reduce is in flight (and only then abort,
+ *    since the handle is freed by Abort) the test reads the communicator's count of running
+ *    operations from the internal header comm.h: the public API cannot tell.
+ * 3. chorusCommFinalize waits for calls queued on host streams: their results are complete when
+ *    it returns, without chorusStreamSynchronize.
+ * 4. chorusGetVersion is CHORUS_VERSION_CODE; chorusGetErrorString is non-empty and distinct for
+ *    every code (and non-empty for an unknown one); chorusCommCount/UserRank/CuDevice give n, the
+ *    rank and -1; NULL outputs and a NULL comm are chorusInvalidArgument (Destroy/Abort of NULL
+ *    may also be a no-op, as in NCCL); a 1-rank communicator runs every collective as a copy.
+ * Exit 0: all passed; 1: a check failed (the first failures are printed).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chorus.h"
+#include "comm.h" /* only for comm->queued in the abort test */
+
+static long failures;
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (__atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED) < 20) {                             \
+            char msg_[512];                                                                        \
+            snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                             \
+            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, msg_);                                  \
+            fflush(stdout);                                                                        \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_OK(call)                                                                             \
+    do {                                                                                           \
+        chorusResult_t r_ = (call);                                                                \
+        if (r_ != chorusSuccess)                                                                   \
+            FAIL("%s returned %d (%s): %s", #call, (int)r_, chorusGetErrorString(r_),              \
+                 chorusGetLastError(NULL));                                                        \
+    } while (0)
+
+#define CHECK_RES(call, want)                                                                      \
+    do {                                                                                           \
+        chorusResult_t r_ = (call);                                                                \
+        if (r_ != (want))                                                                          \
+            FAIL("%s returned %d (%s), want %d", #call, (int)r_, chorusGetErrorString(r_),         \
+                 (int)(want));                                                                     \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Entries of a /proc directory (without . and ..), not counting the DIR's own descriptor. */
+static int count_dir(const char *path, int minus_self)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - minus_self;
+}
+
+static int count_fds(void)
+{
+    return count_dir("/proc/self/fd", 1);
+}
+
+static int count_threads(void)
+{
+    return count_dir("/proc/self/task", 0);
+}
+
+/* /dev/shm entries of this process (shm.c names them chorus-<pid>-...). */
+static int count_shm(void)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "chorus-%d-", (int)getpid());
+    DIR *d = opendir("/dev/shm");
+    if (d == NULL)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Wait (deadline 10 s, 10 ms polls) until only want threads are left; returns the count. */
+static int wait_threads(int want)
+{
+    double deadline = now_s() + 10;
+    int n;
+    while ((n = count_threads()) > want && now_s() < deadline) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return n;
+}
+
+/* ---- 1. init/destroy loop ---- */
+
+static void one_job(int n, int iter)
+{
+    chorusComm_t comms[8];
+    chorusResult_t res = chorusCommInitAll(comms, n, NULL);
+    if (res != chorusSuccess) {
+        FAIL("iteration %d: chorusCommInitAll: %s: %s", iter, chorusGetErrorString(res),
+             chorusGetLastError(NULL));
+        return;
+    }
+    enum { COUNT = 4099 };
+    static int32_t in[8][COUNT], out[8][COUNT], ring[8][COUNT];
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < COUNT; i++)
+            in[r][i] = r * COUNT + i + iter;
+    CHECK_OK(chorusGroupStart());
+    for (int r = 0; r < n; r++)
+        CHECK_OK(chorusAllReduce(in[r], out[r], COUNT, chorusInt32, chorusSum, comms[r], NULL));
+    CHECK_OK(chorusGroupEnd());
+    CHECK_OK(chorusGroupStart());
+    for (int r = 0; r < n; r++) {
+        CHECK_OK(chorusSend(in[r], COUNT, chorusInt32, (r + 1) % n, comms[r], NULL));
+        CHECK_OK(chorusRecv(ring[r], COUNT, chorusInt32, (r - 1 + n) % n, comms[r], NULL));
+    }
+    CHECK_OK(chorusGroupEnd());
+    for (int r = 0; r < n; r++) {
+        int prev = (r - 1 + n) % n;
+        for (int i = 0; i < COUNT; i++) {
+            int32_t want = (int32_t)(COUNT * n * (n - 1) / 2 + n * (i + iter));
+            if (out[r][i] != want || ring[r][i] != prev * COUNT + i + iter) {
+                FAIL("iteration %d rank %d element %d: all-reduce %d (want %d), ring %d", iter, r,
+                     i, out[r][i], want, ring[r][i]);
+                break;
+            }
+        }
+    }
+    for (int r = 0; r < n; r++)
+        CHECK_OK(chorusCommDestroy(comms[r]));
+}
+
+static void init_destroy_loop(void)
+{
+    long before = failures;
+    int threads0 = count_threads();
+    one_job(4, -1); /* warm-up: anything allocated once per process happens here */
+    wait_threads(threads0);
+    int fds0 = count_fds(), shm0 = count_shm();
+    enum { ITERS = 50 };
+    for (int it = 0; it < ITERS; it++)
+        one_job(4, it);
+    int threads1 = wait_threads(threads0);
+    int fds1 = count_fds(), shm1 = count_shm();
+    if (threads1 != threads0)
+        FAIL("%d threads before the loop, %d after", threads0, threads1);
+    if (fds1 != fds0)
+        FAIL("%d open file descriptors before the loop, %d after", fds0, fds1);
+    if (shm0 != 0 || shm1 != 0)
+        FAIL("/dev/shm/chorus-%d-* entries: %d before the loop, %d after", (int)getpid(), shm0,
+             shm1);
+    printf("%s %d x (init 4 thread ranks, group all-reduce, group send ring, destroy): "
+           "%d fds, %d threads and %d /dev/shm/chorus-%d-* entries before and after\n",
+           failures == before ? "PASS" : "FAIL", ITERS, fds1, threads1, shm1, (int)getpid());
+}
+
+/* ---- 2. abort ---- */
+
+static int comm_queued(chorusComm_t comm)
+{
+    pthread_mutex_lock(&comm->state_lock);
+    int q = comm->queued;
+    pthread_mutex_unlock(&comm->state_lock);
+    return q;
+}
+
+typedef struct blocked {
+    chorusComm_t comm;
+    chorusStream_t stream; /* NULL: blocking call */
+    chorusResult_t res;
+    float *buf;
+} blocked_t;
+
+static void *blocked_thread(void *p)
+{
+    blocked_t *b = p;
+    b->res = chorusAllReduce(b->buf, b->buf, 1 << 20, chorusFloat32, chorusSum, b->comm, NULL);
+    return NULL;
+}
+
+/* The same all-reduce issued inside a group (chorusGroupEnd runs it and waits for it). */
+static void *blocked_group_thread(void *p)
+{
+    blocked_t *b = p;
+    chorusResult_t res = chorusGroupStart();
+    if (res == chorusSuccess)
+        res = chorusAllReduce(b->buf, b->buf, 1 << 20, chorusFloat32, chorusSum, b->comm, NULL);
+    chorusResult_t end = chorusGroupEnd();
+    b->res = res != chorusSuccess ? res : end;
+    return NULL;
+}
+
+/* Wait (deadline 10 s) until comm has at least want operations queued or running. */
+static int wait_queued(chorusComm_t comm, int want)
+{
+    double deadline = now_s() + 10;
+    while (comm_queued(comm) < want) {
+        if (now_s() > deadline)
+            return 0;
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return 1;
+}
+
+/* Rank 0 of a fresh 2-rank communicator blocks in an all-reduce (in a group when grouped) that
+ * rank 1 never joins; this thread aborts rank 0 once the call is running. */
+static void abort_one(int grouped, int verbose)
+{
+    chorusComm_t comms[2];
+    chorusResult_t res = chorusCommInitAll(comms, 2, NULL);
+    if (res != chorusSuccess) {
+        FAIL("chorusCommInitAll: %s: %s", chorusGetErrorString(res), chorusGetLastError(NULL));
+        return;
+    }
+    blocked_t b = {comms[0], NULL, chorusSuccess, calloc(1 << 20, sizeof(float))};
+    pthread_t t;
+    pthread_create(&t, NULL, grouped ? blocked_group_thread : blocked_thread, &b);
+    if (!wait_queued(comms[0], 1)) {
+        FAIL("the all-reduce did not start within 10 s");
+        pthread_join(t, NULL);
+        return;
+    }
+    double t0 = now_s();
+    CHECK_OK(chorusCommAbort(comms[0]));
+    double dt = now_s() - t0;
+    pthread_join(t, NULL);
+    double dj = now_s() - t0;
+    if (b.res == chorusSuccess)
+        FAIL("the %sall-reduce rank 1 never joined returned success after the abort",
+             grouped ? "grouped " : "");
+    if (dt > 10.0 || dj > 10.0) /* a hang check, not a performance bound */
+        FAIL("chorusCommAbort took %.2f s, the all-reduce returned after %.2f s", dt, dj);
+    if (verbose)
+        printf("     abort of a blocked %sall-reduce: Abort returned after %.3f s, the call "
+               "after %.3f s with %s\n",
+               grouped ? "grouped " : "", dt, dj, chorusGetErrorString(b.res));
+    CHECK_OK(chorusCommDestroy(comms[1]));
+    free(b.buf);
+}
+
+static void abort_blocked(void)
+{
+    long before = failures;
+    chorusComm_t comms[2];
+    double t0, dt;
+    /* Repeated: the call's thread returns while Abort frees the communicator, a race that a
+     * sanitizer build (lifecycle_asan) sees only when it happens. */
+    for (int k = 0; k < 10; k++) {
+        abort_one(0, k == 0);
+        abort_one(1, k == 0);
+    }
+
+    /* Calls queued on a host stream that rank 1 never joins. */
+    if (chorusCommInitAll(comms, 2, NULL) != chorusSuccess) {
+        FAIL("chorusCommInitAll: %s", chorusGetLastError(NULL));
+        return;
+    }
+    chorusStream_t s = NULL;
+    CHECK_OK(chorusStreamCreate(&s));
+    float *bufs[5];
+    for (int k = 0; k < 5; k++) {
+        bufs[k] = calloc(1 << 18, sizeof(float));
+        CHECK_OK(chorusAllReduce(bufs[k], bufs[k], 1 << 18, chorusFloat32, chorusSum, comms[0], s));
+    }
+    if (!wait_queued(comms[0], 1))
+        FAIL("the queued all-reduces are not counted as running");
+    t0 = now_s();
+    CHECK_OK(chorusCommAbort(comms[0]));
+    dt = now_s() - t0;
+    chorusResult_t sync = chorusStreamSynchronize(s);
+    if (sync == chorusSuccess)
+        FAIL("chorusStreamSynchronize after aborting its communicator returned success");
+    if (dt > 10.0)
+        FAIL("chorusCommAbort with 5 queued calls took %.2f s", dt);
+    printf("     abort with 5 calls queued on a stream: Abort returned after %.3f s; "
+           "chorusStreamSynchronize: %s\n",
+           dt, chorusGetErrorString(sync));
+    CHECK_OK(chorusStreamDestroy(s));
+    CHECK_OK(chorusCommDestroy(comms[1]));
+    for (int k = 0; k < 5; k++)
+        free(bufs[k]);
+    printf("%s chorusCommAbort from another thread stops a blocked all-reduce (10x plain, 10x in "
+           "a group) and queued stream calls in bounded time\n",
+           failures == before ? "PASS" : "FAIL");
+}
+
+/* ---- 3. finalize ---- */
+
+typedef struct fin_rank {
+    chorusComm_t comm;
+    int rank, n;
+} fin_rank_t;
+
+static void *fin_thread(void *p)
+{
+    fin_rank_t *a = p;
+    enum { CALLS = 20, COUNT = 10007 };
+    chorusStream_t s = NULL;
+    CHECK_OK(chorusStreamCreate(&s));
+    int64_t *bufs[CALLS];
+    for (int k = 0; k < CALLS; k++) {
+        bufs[k] = malloc(COUNT * sizeof(int64_t));
+        for (int i = 0; i < COUNT; i++)
+            bufs[k][i] = (int64_t)a->rank * k + i;
+        CHECK_OK(chorusAllReduce(bufs[k], bufs[k], COUNT, chorusInt64, chorusSum, a->comm, s));
+    }
+    CHECK_OK(chorusCommFinalize(a->comm));
+    int64_t tri = (int64_t)a->n * (a->n - 1) / 2;
+    for (int k = 0; k < CALLS; k++) {
+        for (int i = 0; i < COUNT; i++)
+            if (bufs[k][i] != tri * k + (int64_t)a->n * i) {
+                FAIL("rank %d: all-reduce #%d queued before chorusCommFinalize: element %d is "
+                     "%lld, want %lld",
+                     a->rank, k, i, (long long)bufs[k][i],
+                     (long long)(tri * k + (int64_t)a->n * i));
+                break;
+            }
+        free(bufs[k]);
+    }
+    CHECK_OK(chorusStreamDestroy(s));
+    return NULL;
+}
+
+static void finalize(void)
+{
+    long before = failures;
+    enum { N = 3 };
+    chorusComm_t comms[N];
+    CHECK_OK(chorusCommInitAll(comms, N, NULL));
+    pthread_t t[N];
+    fin_rank_t a[N];
+    for (int r = 0; r < N; r++) {
+        a[r] = (fin_rank_t){comms[r], r, N};
+        pthread_create(&t[r], NULL, fin_thread, &a[r]);
+    }
+    for (int r = 0; r < N; r++)
+        pthread_join(t[r], NULL);
+    for (int r = 0; r < N; r++)
+        CHECK_OK(chorusCommDestroy(comms[r]));
+    printf("%s chorusCommFinalize returns after every call queued on host streams finished\n",
+           failures == before ? "PASS" : "FAIL");
+}
+
+/* ---- 4. queries ---- */
+
+static void queries(void)
+{
+    long before = failures;
+    int version = -1;
+    CHECK_OK(chorusGetVersion(&version));
+    if (version != CHORUS_VERSION_CODE)
+        FAIL("chorusGetVersion gives %d, want %d", version, CHORUS_VERSION_CODE);
+    CHECK_RES(chorusGetVersion(NULL), chorusInvalidArgument);
+    for (int c = 0; c <= chorusNumResults; c++) {
+        const char *s = chorusGetErrorString((chorusResult_t)c);
+        if (s == NULL || s[0] == '\0') {
+            FAIL("chorusGetErrorString(%d) is empty", c);
+            continue;
+        }
+        for (int d = 0; d < c && c < chorusNumResults; d++)
+            if (strcmp(s, chorusGetErrorString((chorusResult_t)d)) == 0)
+                FAIL("chorusGetErrorString(%d) equals chorusGetErrorString(%d): \"%s\"", c, d, s);
+    }
+    const char *unknown = chorusGetErrorString((chorusResult_t)42);
+    if (unknown == NULL || unknown[0] == '\0')
+        FAIL("chorusGetErrorString(42) is empty");
+
+    enum { N = 3 };
+    chorusComm_t comms[N];
+    CHECK_OK(chorusCommInitAll(comms, N, NULL));
+    for (int r = 0; r < N; r++) {
+        int count = -5, rank = -5, dev = -5;
+        CHECK_OK(chorusCommCount(comms[r], &count));
+        CHECK_OK(chorusCommUserRank(comms[r], &rank));
+        CHECK_OK(chorusCommCuDevice(comms[r], &dev));
+        if (count != N || rank != r || dev != -1)
+            FAIL("comm %d: count %d rank %d device %d, want %d %d -1", r, count, rank, dev, N, r);
+        chorusResult_t async = chorusInternalError;
+        CHECK_OK(chorusCommGetAsyncError(comms[r], &async));
+        if (async != chorusSuccess)
+            FAIL("comm %d: async error %d on a fresh communicator", r, (int)async);
+    }
+    int x;
+    CHECK_RES(chorusCommCount(comms[0], NULL), chorusInvalidArgument);
+    CHECK_RES(chorusCommUserRank(comms[0], NULL), chorusInvalidArgument);
+    CHECK_RES(chorusCommCuDevice(comms[0], NULL), chorusInvalidArgument);
+    CHECK_RES(chorusCommGetAsyncError(comms[0], NULL), chorusInvalidArgument);
+    CHECK_RES(chorusCommCount(NULL, &x), chorusInvalidArgument);
+    CHECK_RES(chorusCommUserRank(NULL, &x), chorusInvalidArgument);
+    CHECK_RES(chorusCommCuDevice(NULL, &x), chorusInvalidArgument);
+    CHECK_RES(chorusCommFinalize(NULL), chorusInvalidArgument);
+    /* NCCL accepts a NULL comm in Destroy/Abort as a no-op; refusing it is fine too. */
+    chorusResult_t rd = chorusCommDestroy(NULL), ra = chorusCommAbort(NULL);
+    if ((rd != chorusSuccess && rd != chorusInvalidArgument) ||
+        (ra != chorusSuccess && ra != chorusInvalidArgument))
+        FAIL("chorusCommDestroy(NULL) / chorusCommAbort(NULL) returned %d / %d", (int)rd, (int)ra);
+    for (int r = 0; r < N; r++)
+        CHECK_OK(chorusCommDestroy(comms[r]));
+
+    /* One rank: every collective is a copy (or the identity in place). */
+    chorusComm_t one;
+    CHECK_OK(chorusCommInitAll(&one, 1, NULL));
+    enum { COUNT = 1031 };
+    int32_t in[COUNT], out[6][COUNT];
+    for (int i = 0; i < COUNT; i++)
+        in[i] = i * 3 - 500;
+    memset(out, 0, sizeof(out));
+    CHECK_OK(chorusAllReduce(in, out[0], COUNT, chorusInt32, chorusProd, one, NULL));
+    CHECK_OK(chorusBroadcast(in, out[1], COUNT, chorusInt32, 0, one, NULL));
+    CHECK_OK(chorusReduce(in, out[2], COUNT, chorusInt32, chorusMin, 0, one, NULL));
+    CHECK_OK(chorusAllGather(in, out[3], COUNT, chorusInt32, one, NULL));
+    CHECK_OK(chorusReduceScatter(in, out[4], COUNT, chorusInt32, chorusSum, one, NULL));
+    CHECK_OK(chorusAlltoAll(in, out[5], COUNT, chorusInt32, one, NULL));
+    for (int k = 0; k < 6; k++)
+        if (memcmp(in, out[k], sizeof(in)) != 0)
+            FAIL("1-rank collective #%d is not a copy", k);
+    int32_t self[COUNT];
+    CHECK_OK(chorusGroupStart());
+    CHECK_OK(chorusSend(in, COUNT, chorusInt32, 0, one, NULL));
+    CHECK_OK(chorusRecv(self, COUNT, chorusInt32, 0, one, NULL));
+    CHECK_OK(chorusGroupEnd());
+    if (memcmp(in, self, sizeof(in)) != 0)
+        FAIL("1-rank self send/recv is not a copy");
+    CHECK_OK(chorusCommDestroy(one));
+    printf("%s chorusGetVersion, chorusGetErrorString for every code, Count/UserRank/CuDevice(-1), "
+           "NULL arguments refused, 1-rank collectives are copies\n",
+           failures == before ? "PASS" : "FAIL");
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    printf("test_lifecycle (pid %d)\n", (int)getpid());
+    init_destroy_loop();
+    abort_blocked();
+    finalize();
+    queries();
+    printf("%s test_lifecycle\n", failures ? "FAIL" : "PASS");
+    return failures ? 1 : 0;
+}
