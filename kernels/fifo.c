@@ -22,6 +22,8 @@
 
 /* Longest single futex sleep: bounds how late an abort or a deadline is noticed. */
 #define FIFO_SLEEP_SLICE_NS (20 * 1000 * 1000)
+/* How long a waiter yields the core before it sleeps on the futex. */
+#define FIFO_YIELD_NS (200 * 1000)
 
 int64_t fifo_now_ns(void)
 {
@@ -60,6 +62,13 @@ static chorusResult_t wait_counter(uint64_t *counter, uint32_t *sleepers, uint64
         cpu_relax();
     }
     int64_t start = fifo_now_ns();
+    /* Then yield for a while: when ranks outnumber cores, the peer we wait for may need this
+     * core, and sched_yield hands it over at once where a futex round trip costs a wake-up. */
+    while (fifo_now_ns() - start < FIFO_YIELD_NS) {
+        if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
+            return chorusSuccess;
+        sched_yield();
+    }
     for (;;) {
         uint64_t v = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
         if (v >= target)
