@@ -2,17 +2,16 @@
  * common.c: the driver shared by every *_perf benchmark (nccl-tests' common.cu, for Chorus).
  *
  * Flow: pick the launch mode (mpirun: MPI_Init + chorusCommInitMPI; CHORUS_RANK/RANK env:
- * chorusCommInitEnv; neither: a single rank), parse nccl-tests' flags, then for every dtype x op
- * x root run the size sweep: per row, out-of-place then in-place, each timed over -n iterations
- * after a sync call, then checked bit-exactly on a fresh call against values computed on the host.
- * Cross-rank aggregation (times, #wrong) goes through MPI under mpirun, through Chorus otherwise.
- * Only rank 0 prints the table; errors go to stderr from the rank that saw them.
+ * chorusCommInitEnv; neither: a single rank), parse nccl-tests' flags (flags.c), then for every
+ * dtype x op x root run the size sweep: per row, out-of-place then in-place, each timed over -n
+ * iterations after a sync call, then checked bit-exactly on a fresh call against values computed
+ * on the host (data.c). Cross-rank aggregation (times, #wrong) goes through MPI under mpirun,
+ * through Chorus otherwise. Only rank 0 prints the table; errors go to stderr from the rank that
+ * saw them.
  */
 #define _GNU_SOURCE
 #include "common.h"
 
-#include <ctype.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,20 +19,12 @@
 #include <unistd.h>
 
 #include "chorus_mpi.h"
+#include "data.h"
+#include "flags.h"
 
 #define PERF_LINE_BYTES 256
-#define PERF_MAX_SHOWN_ERRORS 3
 
 typedef enum { PERF_INIT_MPI, PERF_INIT_ENV, PERF_INIT_SINGLE } perf_init_t;
-
-typedef struct perf_opts {
-    size_t minbytes, maxbytes, stepbytes, stepfactor;
-    int iters, warmup, agg_iters, check, blocking, stream_null, average, cputime, root;
-    int compare_mpi, register_bufs;
-    int ntypes, nops;
-    int types[chorusNumTypes]; /* chorusDataType_t values */
-    int ops[chorusNumOps]; /* chorusRedOp_t values */
-} perf_opts_t;
 
 typedef struct perf_ctx {
     const perf_coll_t *coll;
@@ -51,45 +42,6 @@ typedef struct perf_ctx {
 } perf_ctx_t;
 
 static perf_ctx_t perf_ctx;
-
-/* Per dtype: nccl-tests' name, bytes, float?, signed?, the largest magnitude up to which every
- * integer (so every partial sum) is exact, the most factors of two a product may hold. */
-static const struct {
-    const char *name;
-    size_t nbytes;
-    int is_float, is_signed;
-    int64_t exact_max;
-    int max_twos;
-} perf_types[chorusNumTypes] = {
-    [chorusInt8] = {"int8", 1, 0, 1, 127, 6},
-    [chorusUint8] = {"uint8", 1, 0, 0, 255, 7},
-    [chorusInt32] = {"int32", 4, 0, 1, 1 << 20, 30},
-    [chorusUint32] = {"uint32", 4, 0, 0, 1 << 20, 30},
-    [chorusInt64] = {"int64", 8, 0, 1, 1 << 20, 62},
-    [chorusUint64] = {"uint64", 8, 0, 0, 1 << 20, 62},
-    [chorusFloat16] = {"half", 2, 1, 1, 2048, 15}, /* 11 significant bits */
-    [chorusFloat32] = {"float", 4, 1, 1, 1 << 20, 30}, /* 24 */
-    [chorusFloat64] = {"double", 8, 1, 1, 1 << 20, 62},
-    [chorusBfloat16] = {"bfloat16", 2, 1, 1, 256, 15}, /* 8 */
-};
-/* What -d and -o accept: nccl-tests' names and common aliases. */
-typedef struct perf_name {
-    const char *name;
-    int value;
-} perf_name_t;
-static const perf_name_t perf_type_names[] = {
-    {"int8", chorusInt8},       {"char", chorusInt8},     {"uint8", chorusUint8},
-    {"int32", chorusInt32},     {"int", chorusInt32},     {"uint32", chorusUint32},
-    {"int64", chorusInt64},     {"uint64", chorusUint64}, {"half", chorusFloat16},
-    {"float16", chorusFloat16}, {"fp16", chorusFloat16},  {"float", chorusFloat32},
-    {"float32", chorusFloat32}, {"fp32", chorusFloat32},  {"double", chorusFloat64},
-    {"float64", chorusFloat64}, {"fp64", chorusFloat64},  {"bfloat16", chorusBfloat16},
-    {"bf16", chorusBfloat16},
-};
-static const perf_name_t perf_op_table[] = {
-    {"sum", chorusSum}, {"prod", chorusProd}, {"max", chorusMax},
-    {"min", chorusMin}, {"avg", chorusAvg},
-};
 
 /* Errors --------------------------------------------------------------------------------------- */
 
@@ -124,213 +76,6 @@ static void perf_fail(const char *call, chorusResult_t res, const char *file, in
             printf(__VA_ARGS__);                                                                   \
         }                                                                                          \
     } while (0)
-
-/* Dtypes and verifiable values ----------------------------------------------------------------- */
-
-size_t perf_dtype_size(chorusDataType_t dtype)
-{
-    return (unsigned)dtype < chorusNumTypes ? perf_types[dtype].nbytes : 0;
-}
-
-static const char *perf_type_name(chorusDataType_t dtype)
-{
-    return (unsigned)dtype < chorusNumTypes ? perf_types[dtype].name : "?";
-}
-
-int64_t perf_value(chorusDataType_t dtype, chorusRedOp_t pattern_op, int nranks, int rank, size_t i)
-{
-    uint64_t h = (uint64_t)i * 7u + (uint64_t)rank * 13u + 1u;
-    int64_t emax = perf_types[dtype].exact_max;
-    int sgn = perf_types[dtype].is_signed;
-
-    switch (pattern_op) {
-    case chorusSum: {
-        /* Every |partial sum| <= nranks * b <= emax. */
-        int64_t b = emax / nranks;
-        return sgn ? (int64_t)(h % (uint64_t)(2 * b + 1)) - b : (int64_t)(h % (uint64_t)(b + 1));
-    }
-    case chorusAvg: {
-        /* Ranks < n-1 give [0, b]; the last rank tops the sum up to a multiple of n, so sum / n
-         * is exact whatever the dtype; the total stays <= emax. */
-        int64_t b = nranks > 1 ? (emax - (nranks - 1)) / (nranks - 1) : emax;
-        int64_t s = 0;
-        b = b < 0 ? 0 : b;
-        if (nranks == 1 || rank < nranks - 1) {
-            return (int64_t)(h % (uint64_t)(b + 1));
-        }
-        for (int r = 0; r < nranks - 1; r++) {
-            s += perf_value(dtype, pattern_op, nranks, r, i);
-        }
-        return (nranks - s % nranks) % nranks;
-    }
-    case chorusProd: {
-        /* Rank r gives 2 when (i + r) % p == 0, else 1: at most ceil(n / p) <= k twos. */
-        int k = perf_types[dtype].max_twos;
-        uint64_t p = (uint64_t)((nranks + k - 1) / k);
-        int64_t v;
-        p = p < 2 ? 2 : p;
-        v = ((uint64_t)i + (uint64_t)rank) % p == 0 ? 2 : 1;
-        return sgn && ((uint64_t)i * 3u + (uint64_t)rank * 5u) % 7u == 0 ? -v : v;
-    }
-    default: /* max, min, and the collectives that only move data */
-        return sgn ? (int64_t)(h % 201u) - 100 : (int64_t)(h % 201u);
-    }
-}
-
-int64_t perf_reduced(chorusDataType_t dtype, chorusRedOp_t op, int nranks, size_t i)
-{
-    int64_t acc = perf_value(dtype, op, nranks, 0, i);
-    for (int r = 1; r < nranks; r++) {
-        int64_t v = perf_value(dtype, op, nranks, r, i);
-        switch (op) {
-        case chorusProd:
-            acc *= v;
-            break;
-        case chorusMax:
-            acc = v > acc ? v : acc;
-            break;
-        case chorusMin:
-            acc = v < acc ? v : acc;
-            break;
-        default: /* sum, avg */
-            acc += v;
-            break;
-        }
-    }
-    return op == chorusAvg ? acc / nranks : acc;
-}
-
-static uint16_t perf_float_to_half(float f)
-{
-    uint32_t x, mant, m, rem, shift;
-    int32_t e;
-    uint16_t sign;
-    memcpy(&x, &f, sizeof(x));
-    sign = (uint16_t)((x >> 16) & 0x8000u);
-    e = (int32_t)((x >> 23) & 0xffu) - 112; /* the half exponent field */
-    if (e >= 31) { /* overflow, inf, NaN */
-        return (uint16_t)(sign | 0x7c00u | (e == 143 && (x & 0x7fffffu) ? 0x200u : 0u));
-    }
-    if (e < -10) {
-        return sign;
-    }
-    /* The 24-bit significand down to 11 bits (fewer below the normal range), rounded to even. */
-    mant = (x & 0x7fffffu) | 0x800000u;
-    shift = e > 0 ? 13u : (uint32_t)(14 - e);
-    m = mant >> shift;
-    rem = mant & ((1u << shift) - 1u);
-    m += rem > (1u << (shift - 1)) || (rem == (1u << (shift - 1)) && (m & 1u));
-    /* Normal: exponent plus fraction, where a rounding carry correctly bumps the exponent. */
-    return (uint16_t)(sign | (e > 0 ? ((uint32_t)e << 10) + m - 0x400u : m));
-}
-
-static float perf_half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    float f;
-    if (e == 0x1f) {
-        x = sign | 0x7f800000u | (m << 13);
-    } else if (e != 0) {
-        x = sign | ((e + 112u) << 23) | (m << 13);
-    } else if (m == 0) {
-        x = sign;
-    } else { /* subnormal: normalize */
-        e = 113;
-        while (!(m & 0x400u)) {
-            m <<= 1;
-            e--;
-        }
-        x = sign | (e << 23) | ((m & 0x3ffu) << 13);
-    }
-    memcpy(&f, &x, sizeof(f));
-    return f;
-}
-
-static uint16_t perf_float_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof(x));
-    if ((x & 0x7fffffffu) > 0x7f800000u) {
-        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
-    }
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-static float perf_bf16_to_float(uint16_t b)
-{
-    uint32_t x = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &x, sizeof(f));
-    return f;
-}
-
-void perf_store(void *buf, size_t idx, chorusDataType_t dtype, int64_t v)
-{
-    size_t nbytes = perf_types[dtype].nbytes;
-    int8_t i8 = (int8_t)v; /* same bits as the uint8_t / uint32_t values */
-    int32_t i32 = (int32_t)v;
-    float f = (float)v;
-    double d = (double)v;
-    uint16_t h = dtype == chorusFloat16 ? perf_float_to_half(f) : perf_float_to_bf16(f);
-    const void *src = nbytes == 1 ? (const void *)&i8 : nbytes == 2 ? (const void *)&h : NULL;
-    if (nbytes >= 4) {
-        src = perf_types[dtype].is_float ? (nbytes == 4 ? (const void *)&f : (const void *)&d)
-                                         : (nbytes == 4 ? (const void *)&i32 : (const void *)&v);
-    }
-    memcpy((char *)buf + idx * nbytes, src, nbytes);
-}
-
-static double perf_load(const void *buf, size_t idx, chorusDataType_t dtype)
-{
-    switch (dtype) {
-    case chorusInt8:
-        return ((const int8_t *)buf)[idx];
-    case chorusUint8:
-        return ((const uint8_t *)buf)[idx];
-    case chorusInt32:
-        return ((const int32_t *)buf)[idx];
-    case chorusUint32:
-        return ((const uint32_t *)buf)[idx];
-    case chorusInt64:
-        return (double)((const int64_t *)buf)[idx];
-    case chorusUint64:
-        return (double)((const uint64_t *)buf)[idx];
-    case chorusFloat16:
-        return perf_half_to_float(((const uint16_t *)buf)[idx]);
-    case chorusFloat32:
-        return ((const float *)buf)[idx];
-    case chorusFloat64:
-        return ((const double *)buf)[idx];
-    default:
-        return perf_bf16_to_float(((const uint16_t *)buf)[idx]);
-    }
-}
-
-/* Wrong elements of got against want: integers bit for bit, floats by value (so +0 == -0 and
- * NaN is always wrong). The first few mismatches go to stderr. */
-static long long perf_compare(const perf_case_t *c, int in_place, const void *got, const void *want,
-                              size_t count)
-{
-    size_t es = perf_dtype_size(c->dtype);
-    long long wrong = 0;
-    for (size_t i = 0; i < count; i++) {
-        int bad = perf_types[c->dtype].is_float
-                      ? !(perf_load(got, i, c->dtype) == perf_load(want, i, c->dtype))
-                      : memcmp((const char *)got + i * es, (const char *)want + i * es, es) != 0;
-        if (bad && wrong++ < PERF_MAX_SHOWN_ERRORS) {
-            fprintf(stderr,
-                    "%s:%d: rank %d: %s %s %s root %d count %zu %s: element %zu is %.17g, "
-                    "expected %.17g\n",
-                    perf_ctx.host, (int)getpid(), c->rank, perf_ctx.coll->name,
-                    perf_type_name(c->dtype),
-                    perf_ctx.coll->reduces ? perf_op_table[c->op].name : "none", c->root,
-                    c->counts.paramcount, in_place ? "in-place" : "out-of-place", i,
-                    perf_load(got, i, c->dtype), perf_load(want, i, c->dtype));
-        }
-    }
-    return wrong;
-}
 
 /* Cross-rank helpers: MPI under mpirun, Chorus itself otherwise. ------------------------------- */
 
@@ -373,194 +118,6 @@ static double perf_aggregate_time(double sec)
         PERF_CHECK(chorusAllReduce(&sec, &sec, 1, chorusFloat64, op, perf_ctx.comm, NULL));
     }
     return mode == 1 ? sec / perf_ctx.nranks : sec;
-}
-
-/* Flags ---------------------------------------------------------------------------------------- */
-
-static int perf_parse_bytes(const char *s, size_t *out)
-{
-    static const char units[] = "KMG";
-    const char *unit;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) {
-        return -1;
-    }
-    unit = *end != '\0' ? strchr(units, toupper((unsigned char)*end)) : NULL;
-    for (const char *u = units; unit != NULL && u <= unit; u++) {
-        v *= 1024.0;
-    }
-    end += unit != NULL;
-    end += *end == 'B' || *end == 'b';
-    if (*end != '\0') {
-        return -1;
-    }
-    *out = (size_t)v;
-    return 0;
-}
-
-static int perf_parse_int(const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    long v = strtol(s, &end, 0);
-    if (end == s || *end != '\0' || v < lo || v > hi) {
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-/* "all" (every value below nvalues) or one name of table, into list and *count_p. */
-static int perf_parse_names(const char *s, const perf_name_t *table, size_t ntable, int nvalues,
-                            int *list, int *count_p)
-{
-    if (strcmp(s, "all") == 0) {
-        for (int k = 0; k < nvalues; k++) {
-            list[k] = k;
-        }
-        *count_p = nvalues;
-        return 0;
-    }
-    for (size_t k = 0; k < ntable; k++) {
-        if (strcmp(s, table[k].name) == 0) {
-            list[0] = table[k].value;
-            *count_p = 1;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static void perf_usage(const char *prog)
-{
-    PERF_PRINT(
-        "USAGE: %s [-b minbytes] [-e maxbytes] [-i stepbytes | -f stepfactor] (K/M/G)\n"
-        "\t[-n iters] [-w warmup_iters] [-m calls per group] [-c checks, 0: none]\n"
-        "\t[-d int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|all]\n"
-        "\t[-o sum|prod|max|min|avg|all] [-r root, -1: all] [-z 1: barrier after each call]\n"
-        "\t[-y 1: NULL stream (default), 0: host stream] [-R 1: chorusMemAlloc buffers]\n"
-        "\t[-a 0|1|2|3: time of rank 0|avg|min|max] [-C 1: report cputime]\n"
-        "\t[-M,--compare mpi: time MPI's collective too] [-t/-g/-p/-T/-G/-F: ignored]\n"
-        "Long names as nccl-tests'. Launch by mpirun, by CHORUS_RANK/CHORUS_NRANKS/"
-        "CHORUS_ROOT (or torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), or alone.\n",
-        prog);
-}
-
-/* nccl-tests' long names, and --local_register / --compare */
-/* clang-format off */
-static const struct option perf_longopts[] = {
-    {"nthreads", 1, 0, 't'}, {"ngpus", 1, 0, 'g'}, {"minbytes", 1, 0, 'b'},
-    {"maxbytes", 1, 0, 'e'}, {"stepbytes", 1, 0, 'i'}, {"stepfactor", 1, 0, 'f'},
-    {"iters", 1, 0, 'n'}, {"agg_iters", 1, 0, 'm'}, {"warmup_iters", 1, 0, 'w'},
-    {"parallel_init", 1, 0, 'p'}, {"check", 1, 0, 'c'}, {"op", 1, 0, 'o'},
-    {"datatype", 1, 0, 'd'}, {"root", 1, 0, 'r'}, {"blocking", 1, 0, 'z'},
-    {"stream_null", 1, 0, 'y'}, {"timeout", 1, 0, 'T'}, {"cudagraph", 1, 0, 'G'},
-    {"report_cputime", 1, 0, 'C'}, {"average", 1, 0, 'a'}, {"output_file", 1, 0, 'F'},
-    {"local_register", 1, 0, 'R'}, {"compare", 1, 0, 'M'}, {"help", 0, 0, 'h'},
-    {NULL, 0, NULL, 0},
-};
-/* clang-format on */
-
-/* An integer flag: its letter, where it goes, its smallest and largest value. */
-typedef struct perf_int_flag {
-    int letter;
-    int *field;
-    long lo, hi;
-} perf_int_flag_t;
-
-/* 0: run; 1: exit 0 (help); -1: exit with an error. Messages print on rank 0 only. */
-static int perf_parse(int argc, char **argv, perf_opts_t *o)
-{
-    int ignored = 0;
-    /* -t/-g: one rank per process, so only 1; -p, -T, -G: accepted and ignored. */
-    const perf_int_flag_t ints[] = {
-        {'n', &o->iters, 1, 1L << 30},  {'m', &o->agg_iters, 1, 1L << 20},
-        {'w', &o->warmup, 0, 1L << 30}, {'c', &o->check, 0, 1L << 20},
-        {'r', &o->root, -1, 1L << 30},  {'z', &o->blocking, 0, 1},
-        {'y', &o->stream_null, 0, 1},   {'C', &o->cputime, 0, 1},
-        {'a', &o->average, 0, 3},       {'R', &o->register_bufs, 0, 1},
-        {'t', &ignored, 1, 1},          {'g', &ignored, 1, 1},
-        {'p', &ignored, 0, 1L << 30},   {'T', &ignored, 0, 1L << 30},
-        {'G', &ignored, 0, 1L << 30}};
-
-    /* nccl-tests' defaults, except the NULL stream (blocking host calls) */
-    *o = (perf_opts_t){.minbytes = 32u << 20,
-                       .maxbytes = 32u << 20,
-                       .stepbytes = 1u << 20,
-                       .stepfactor = 1,
-                       .iters = 20,
-                       .warmup = 5,
-                       .agg_iters = 1,
-                       .check = 1,
-                       .stream_null = 1,
-                       .average = 1,
-                       .ntypes = 1,
-                       .types = {chorusFloat32},
-                       .nops = 1,
-                       .ops = {chorusSum}};
-    opterr = 0;
-    for (;;) {
-        int c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:F:R:M:h",
-                            perf_longopts, NULL);
-        const perf_int_flag_t *flag = NULL;
-        int bad = 0;
-        if (c == -1) {
-            break;
-        }
-        for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]); k++) {
-            flag = ints[k].letter == c ? &ints[k] : flag;
-        }
-        if (flag != NULL) {
-            bad = perf_parse_int(optarg, flag->lo, flag->hi, flag->field);
-            if (!bad && c == 'G' && ignored > 0) {
-                PERF_PRINT("# -G (CUDA graphs) ignored: host buffers, NULL or host stream\n");
-            }
-        } else if (c == 'b' || c == 'e' || c == 'i' || c == 'f') {
-            size_t *field = c == 'b'   ? &o->minbytes
-                            : c == 'e' ? &o->maxbytes
-                            : c == 'i' ? &o->stepbytes
-                                       : &o->stepfactor;
-            bad = perf_parse_bytes(optarg, field); /* writes only on success */
-        } else if (c == 'o') {
-            bad = perf_parse_names(optarg, perf_op_table,
-                                   sizeof(perf_op_table) / sizeof(perf_op_table[0]), chorusNumOps,
-                                   o->ops, &o->nops);
-        } else if (c == 'd') {
-            bad = perf_parse_names(optarg, perf_type_names,
-                                   sizeof(perf_type_names) / sizeof(perf_type_names[0]),
-                                   chorusNumTypes, o->types, &o->ntypes);
-        } else if (c == 'M') {
-            o->compare_mpi = strcmp(optarg, "mpi") == 0 || strcmp(optarg, "1") == 0;
-            bad = !o->compare_mpi && strcmp(optarg, "0") != 0 && strcmp(optarg, "none") != 0;
-        } else if (c == 'F') {
-            PERF_PRINT("# -F (CSV output) is not supported; printing to stdout\n");
-        } else if (c == 'h') {
-            perf_usage(argv[0]);
-            return 1;
-        } else {
-            PERF_PRINT("invalid option '%s'\n", argv[optind - 1]);
-            perf_usage(argv[0]);
-            return -1;
-        }
-        if (bad) {
-            PERF_PRINT("invalid value '%s' for option -%c\n", optarg, c);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        PERF_PRINT("unexpected argument '%s'\n", argv[optind]);
-        return -1;
-    }
-    if (o->minbytes > o->maxbytes) {
-        PERF_PRINT("invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu\n", o->minbytes,
-                   o->maxbytes);
-        return -1;
-    }
-    if (o->stepfactor <= 1 && o->stepbytes == 0) {
-        PERF_PRINT("invalid step: stepfactor <= 1 needs stepbytes > 0\n");
-        return -1;
-    }
-    return 0;
 }
 
 /* Launch --------------------------------------------------------------------------------------- */
@@ -777,7 +334,8 @@ static double perf_bench(const perf_case_t *c, int in_place)
         long long local;
         perf_call(c, sendp, recvp);
         perf_complete();
-        local = perf_compare(c, in_place, recvp, perf_ctx.expected, ncheck);
+        local = perf_compare(perf_ctx.coll, perf_ctx.host, c, in_place, recvp, perf_ctx.expected,
+                             ncheck);
         if (local) {
             perf_ctx.local_errors++;
         }
@@ -884,7 +442,7 @@ static void perf_time_test(chorusDataType_t dtype, chorusRedOp_t op, int root)
         perf_setup(&c, nbytes, dtype, op, root);
         shown = c.counts.sendcount > c.counts.recvcount ? c.counts.sendcount : c.counts.recvcount;
         PERF_PRINT("%12zu  %12zu  %8s  %6s  %6i", shown * es, c.counts.paramcount,
-                   perf_type_name(dtype), coll->reduces ? perf_op_table[op].name : "none",
+                   perf_type_name(dtype), coll->reduces ? perf_op_name(op) : "none",
                    coll->rooted ? root : -1);
         sec = perf_bench(&c, 0);
         if (coll->no_inplace) {
@@ -942,7 +500,7 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
                          : getenv("RANK")      ? getenv("RANK")
                                                : "0");
     }
-    parsed = perf_parse(argc, argv, &ctx->o);
+    parsed = perf_parse(argc, argv, ctx->rank, &ctx->o);
     if (parsed != 0) {
         if (ctx->init == PERF_INIT_MPI) {
             MPI_Finalize();

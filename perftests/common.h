@@ -60,7 +60,7 @@ typedef struct perf_coll {
 /* Parse the flags, run every row and print the table; returns the process exit code. */
 int perf_main(int argc, char **argv, const perf_coll_t *coll);
 
-/* Bytes per element of dtype (0 if invalid). */
+/* Bytes per element of dtype (0 if invalid); data.c. */
 size_t perf_dtype_size(chorusDataType_t dtype);
 
 /*
@@ -68,7 +68,7 @@ size_t perf_dtype_size(chorusDataType_t dtype);
  * that any reduction order gives the same bits in every dtype: sums stay below the largest
  * integer the dtype holds exactly (127 for int8, 256 for bfloat16, 2048 for half), avg inputs sum
  * to a multiple of nranks, products hold at most a few factors of two. pattern_op picks the
- * recipe; collectives that do not reduce use chorusMax (any values).
+ * recipe; collectives that do not reduce use chorusMax (any values). Defined in data.c.
  */
 /* The value rank contributes at element index i. */
 int64_t perf_value(chorusDataType_t dtype, chorusRedOp_t pattern_op, int nranks, int rank,

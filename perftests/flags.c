@@ -1,0 +1,208 @@
+/*
+ * flags.c: nccl-tests' command line for the *_perf benchmarks (see flags.h).
+ *
+ * Short and long names as nccl-tests' (plus --local_register and --compare), byte sizes with
+ * K/M/G suffixes, every integer range-checked, dtype and op names looked up in data.c. Flags
+ * nccl-tests has but a host-stream, one-rank-per-process driver cannot honour (-t, -g, -p, -T,
+ * -G, -F) are accepted and ignored. Only rank 0 prints, so a bad flag is reported once.
+ */
+#define _GNU_SOURCE
+#include "flags.h"
+
+#include <ctype.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+
+/* printf on rank 0 only. */
+#define PERF_PRINT(rank, ...)                                                                      \
+    do {                                                                                           \
+        if ((rank) == 0) {                                                                         \
+            printf(__VA_ARGS__);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+static int perf_parse_bytes(const char *s, size_t *out)
+{
+    static const char units[] = "KMG";
+    const char *unit;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) {
+        return -1;
+    }
+    unit = *end != '\0' ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    for (const char *u = units; unit != NULL && u <= unit; u++) {
+        v *= 1024.0;
+    }
+    end += unit != NULL;
+    end += *end == 'B' || *end == 'b';
+    if (*end != '\0') {
+        return -1;
+    }
+    *out = (size_t)v;
+    return 0;
+}
+
+static int perf_parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 0);
+    if (end == s || *end != '\0' || v < lo || v > hi) {
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* "all" (every value below nvalues) or one name lookup knows, into list and *count_p. */
+static int perf_parse_names(const char *s, int (*lookup)(const char *name), int nvalues, int *list,
+                            int *count_p)
+{
+    int value;
+    if (strcmp(s, "all") == 0) {
+        for (int k = 0; k < nvalues; k++) {
+            list[k] = k;
+        }
+        *count_p = nvalues;
+        return 0;
+    }
+    value = lookup(s);
+    if (value >= 0) {
+        list[0] = value;
+        *count_p = 1;
+        return 0;
+    }
+    return -1;
+}
+
+static void perf_usage(const char *prog, int rank)
+{
+    PERF_PRINT(
+        rank,
+        "USAGE: %s [-b minbytes] [-e maxbytes] [-i stepbytes | -f stepfactor] (K/M/G)\n"
+        "\t[-n iters] [-w warmup_iters] [-m calls per group] [-c checks, 0: none]\n"
+        "\t[-d int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|all]\n"
+        "\t[-o sum|prod|max|min|avg|all] [-r root, -1: all] [-z 1: barrier after each call]\n"
+        "\t[-y 1: NULL stream (default), 0: host stream] [-R 1: chorusMemAlloc buffers]\n"
+        "\t[-a 0|1|2|3: time of rank 0|avg|min|max] [-C 1: report cputime]\n"
+        "\t[-M,--compare mpi: time MPI's collective too] [-t/-g/-p/-T/-G/-F: ignored]\n"
+        "Long names as nccl-tests'. Launch by mpirun, by CHORUS_RANK/CHORUS_NRANKS/"
+        "CHORUS_ROOT (or torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), or alone.\n",
+        prog);
+}
+
+/* nccl-tests' long names, and --local_register / --compare */
+/* clang-format off */
+static const struct option perf_longopts[] = {
+    {"nthreads", 1, 0, 't'}, {"ngpus", 1, 0, 'g'}, {"minbytes", 1, 0, 'b'},
+    {"maxbytes", 1, 0, 'e'}, {"stepbytes", 1, 0, 'i'}, {"stepfactor", 1, 0, 'f'},
+    {"iters", 1, 0, 'n'}, {"agg_iters", 1, 0, 'm'}, {"warmup_iters", 1, 0, 'w'},
+    {"parallel_init", 1, 0, 'p'}, {"check", 1, 0, 'c'}, {"op", 1, 0, 'o'},
+    {"datatype", 1, 0, 'd'}, {"root", 1, 0, 'r'}, {"blocking", 1, 0, 'z'},
+    {"stream_null", 1, 0, 'y'}, {"timeout", 1, 0, 'T'}, {"cudagraph", 1, 0, 'G'},
+    {"report_cputime", 1, 0, 'C'}, {"average", 1, 0, 'a'}, {"output_file", 1, 0, 'F'},
+    {"local_register", 1, 0, 'R'}, {"compare", 1, 0, 'M'}, {"help", 0, 0, 'h'},
+    {NULL, 0, NULL, 0},
+};
+/* clang-format on */
+
+/* An integer flag: its letter, where it goes, its smallest and largest value. */
+typedef struct perf_int_flag {
+    int letter;
+    int *field;
+    long lo, hi;
+} perf_int_flag_t;
+
+int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
+{
+    int ignored = 0;
+    /* -t/-g: one rank per process, so only 1; -p, -T, -G: accepted and ignored. */
+    const perf_int_flag_t ints[] = {
+        {'n', &o->iters, 1, 1L << 30},  {'m', &o->agg_iters, 1, 1L << 20},
+        {'w', &o->warmup, 0, 1L << 30}, {'c', &o->check, 0, 1L << 20},
+        {'r', &o->root, -1, 1L << 30},  {'z', &o->blocking, 0, 1},
+        {'y', &o->stream_null, 0, 1},   {'C', &o->cputime, 0, 1},
+        {'a', &o->average, 0, 3},       {'R', &o->register_bufs, 0, 1},
+        {'t', &ignored, 1, 1},          {'g', &ignored, 1, 1},
+        {'p', &ignored, 0, 1L << 30},   {'T', &ignored, 0, 1L << 30},
+        {'G', &ignored, 0, 1L << 30}};
+
+    /* nccl-tests' defaults, except the NULL stream (blocking host calls) */
+    *o = (perf_opts_t){.minbytes = 32u << 20,
+                       .maxbytes = 32u << 20,
+                       .stepbytes = 1u << 20,
+                       .stepfactor = 1,
+                       .iters = 20,
+                       .warmup = 5,
+                       .agg_iters = 1,
+                       .check = 1,
+                       .stream_null = 1,
+                       .average = 1,
+                       .ntypes = 1,
+                       .types = {chorusFloat32},
+                       .nops = 1,
+                       .ops = {chorusSum}};
+    opterr = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:F:R:M:h",
+                            perf_longopts, NULL);
+        const perf_int_flag_t *flag = NULL;
+        int bad = 0;
+        if (c == -1) {
+            break;
+        }
+        for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]); k++) {
+            flag = ints[k].letter == c ? &ints[k] : flag;
+        }
+        if (flag != NULL) {
+            bad = perf_parse_int(optarg, flag->lo, flag->hi, flag->field);
+            if (!bad && c == 'G' && ignored > 0) {
+                PERF_PRINT(rank, "# -G (CUDA graphs) ignored: host buffers, NULL or host stream\n");
+            }
+        } else if (c == 'b' || c == 'e' || c == 'i' || c == 'f') {
+            size_t *field = c == 'b'   ? &o->minbytes
+                            : c == 'e' ? &o->maxbytes
+                            : c == 'i' ? &o->stepbytes
+                                       : &o->stepfactor;
+            bad = perf_parse_bytes(optarg, field); /* writes only on success */
+        } else if (c == 'o') {
+            bad = perf_parse_names(optarg, perf_op_lookup, chorusNumOps, o->ops, &o->nops);
+        } else if (c == 'd') {
+            bad = perf_parse_names(optarg, perf_type_lookup, chorusNumTypes, o->types, &o->ntypes);
+        } else if (c == 'M') {
+            o->compare_mpi = strcmp(optarg, "mpi") == 0 || strcmp(optarg, "1") == 0;
+            bad = !o->compare_mpi && strcmp(optarg, "0") != 0 && strcmp(optarg, "none") != 0;
+        } else if (c == 'F') {
+            PERF_PRINT(rank, "# -F (CSV output) is not supported; printing to stdout\n");
+        } else if (c == 'h') {
+            perf_usage(argv[0], rank);
+            return 1;
+        } else {
+            PERF_PRINT(rank, "invalid option '%s'\n", argv[optind - 1]);
+            perf_usage(argv[0], rank);
+            return -1;
+        }
+        if (bad) {
+            PERF_PRINT(rank, "invalid value '%s' for option -%c\n", optarg, c);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        PERF_PRINT(rank, "unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->minbytes > o->maxbytes) {
+        PERF_PRINT(rank, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu\n", o->minbytes,
+                   o->maxbytes);
+        return -1;
+    }
+    if (o->stepfactor <= 1 && o->stepbytes == 0) {
+        PERF_PRINT(rank, "invalid step: stepfactor <= 1 needs stepbytes > 0\n");
+        return -1;
+    }
+    return 0;
+}

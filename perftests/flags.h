@@ -1,0 +1,24 @@
+/*
+ * flags.h: the parsed command line of a *_perf benchmark (flags.c parses, common.c runs it).
+ */
+#ifndef CHORUS_PERF_FLAGS_H
+#define CHORUS_PERF_FLAGS_H
+
+#include <stddef.h>
+
+#include "chorus.h"
+
+typedef struct perf_opts {
+    size_t minbytes, maxbytes, stepbytes, stepfactor;
+    int iters, warmup, agg_iters, check, blocking, stream_null, average, cputime, root;
+    int compare_mpi, register_bufs;
+    int ntypes, nops;
+    int types[chorusNumTypes]; /* chorusDataType_t values */
+    int ops[chorusNumOps]; /* chorusRedOp_t values */
+} perf_opts_t;
+
+/* Fill *o from nccl-tests' flags (defaults for the rest). 0: run; 1: exit 0 (help); -1: exit with
+ * an error. Messages print on rank 0 only. */
+int perf_parse(int argc, char **argv, int rank, perf_opts_t *o);
+
+#endif /* CHORUS_PERF_FLAGS_H */
