@@ -130,7 +130,7 @@ static void debug_init_once(void)
             debug_file = f;
         }
     }
-    if (debug_level == LOG_VERSION || debug_level >= LOG_INFO)
+    if ((debug_level == LOG_VERSION || debug_level >= LOG_INFO) && (debug_subsys & SUB_INIT))
         debug_log(LOG_VERSION, SUB_INIT, __FILE__, __LINE__, "Chorus version %s",
                   CHORUS_VERSION_STRING);
     params_log_set();

@@ -4,3 +4,8 @@ target_link_libraries(env_table chorus_internal)
 chorus_add_test(NAME env_table_in_readme TIMEOUT 30
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/env_table_check.sh $<TARGET_FILE:env_table>
           ${PROJECT_SOURCE_DIR}/README.md)
+
+# CHORUS_DEBUG, CHORUS_DEBUG_SUBSYS, CHORUS_DEBUG_FILE.
+chorus_add_test(NAME logging TIMEOUT 60
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/logging.sh $<TARGET_FILE:coll_matrix_threads> --threads 2
+          --counts 1)
