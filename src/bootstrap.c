@@ -1,280 +1,26 @@
 /*
- * bootstrap.c: the root rendezvous thread and the rank-to-rank tagged messages.
+ * bootstrap.c: a rank's side of the bootstrap: meet the root, then tagged messages rank to rank.
  *
- * Wire formats are packed fixed-size structs. The root accepts connections without blocking on
- * any one of them: a connection that sends a bad or short hello (a port scan, a stale job, a wrong
- * secret) is dropped after its own short deadline and the root keeps serving. Ranks do the same
- * for their own listeners. Messages that arrive before anyone asks for them wait in a FIFO queue
- * keyed by (peer, tag).
+ * Each rank listens; a peer's first message opens a connection that starts with a hello proving
+ * the secret, and a connection with a bad hello is closed while the listener keeps serving.
+ * Messages that arrive before anyone asks for them wait in a FIFO queue keyed by (peer, tag);
+ * every length is checked before anything is allocated, and every wait has a deadline.
  */
 #define _GNU_SOURCE
 #include "bootstrap.h"
 
-#include <errno.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bootstrap_wire.h"
 #include "debug.h"
 #include "fifo.h"
-
-#define BOOT_MAX_RANKS (1 << 20)
-#define BOOT_MAX_MSG ((uint32_t)64 << 20)
-#define HELLO_TIMEOUT_NS (5LL * 1000 * 1000 * 1000)
-
-typedef struct __attribute__((packed)) root_hello {
-    uint64_t magic;
-    uint64_t secret;
-    int32_t rank;
-    int32_t nranks;
-    sock_addr_t listen;
-    uint32_t reserved;
-} root_hello_t;
-_Static_assert(sizeof(root_hello_t) == 56, "wire format");
-
-typedef struct __attribute__((packed)) root_reply {
-    uint64_t magic;
-    int32_t nranks;
-    int32_t reserved;
-} root_reply_t;
-_Static_assert(sizeof(root_reply_t) == 16, "wire format");
-
-typedef struct __attribute__((packed)) peer_hello {
-    uint64_t magic;
-    uint64_t secret;
-    int32_t rank;
-    int32_t reserved;
-} peer_hello_t;
-_Static_assert(sizeof(peer_hello_t) == 24, "wire format");
-
-typedef struct __attribute__((packed)) frame_hdr {
-    uint32_t tag;
-    uint32_t nbytes;
-} frame_hdr_t;
-_Static_assert(sizeof(frame_hdr_t) == 8, "wire format");
-
-/* An accepted connection that has not yet sent a complete, valid hello. */
-typedef struct pending {
-    int fd;
-    size_t got;
-    int64_t deadline;
-    sock_addr_t from;
-    char buf[64];
-} pending_t;
-
-typedef struct pending_set {
-    pending_t *items;
-    int n, cap;
-} pending_set_t;
-
-static void pending_add(pending_set_t *s, int fd, const sock_addr_t *from)
-{
-    if (s->n == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 16;
-        pending_t *items = realloc(s->items, sizeof(pending_t) * cap);
-        if (items == NULL) {
-            close(fd);
-            return;
-        }
-        s->items = items;
-        s->cap = cap;
-    }
-    pending_t *p = &s->items[s->n++];
-    memset(p, 0, sizeof(*p));
-    p->fd = fd;
-    p->from = *from;
-    p->deadline = fifo_now_ns() + HELLO_TIMEOUT_NS;
-}
-
-static void pending_remove(pending_set_t *s, int i, int close_fd)
-{
-    if (close_fd)
-        close(s->items[i].fd);
-    s->items[i] = s->items[--s->n];
-}
-
-static void pending_free(pending_set_t *s)
-{
-    while (s->n > 0)
-        pending_remove(s, s->n - 1, 1);
-    free(s->items);
-    s->items = NULL;
-    s->cap = 0;
-}
-
-static void accept_all(int listen_fd, pending_set_t *s)
-{
-    for (;;) {
-        sock_addr_t from;
-        socklen_t len = sizeof(from);
-        memset(&from, 0, sizeof(from));
-        int fd = accept4(listen_fd, &from.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        pending_add(s, fd, &from);
-    }
-}
-
-/* Read what is available of a hello of want bytes. 1: complete; 0: not yet; -1: drop it. */
-static int pending_read(pending_t *p, size_t want)
-{
-    ssize_t n = recv(p->fd, p->buf + p->got, want - p->got, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-        return -1;
-    if (n > 0)
-        p->got += (size_t)n;
-    return p->got == want ? 1 : 0;
-}
-
-static void refuse(const pending_t *p, const char *who, const char *why)
-{
-    char str[80];
-    WARN(SUB_BOOT, "%s refused a connection from %s: %s", who,
-         sock_addr_str(&p->from, str, sizeof(str)), why);
-}
-
-/* ---- root ---- */
-
-typedef struct root_args {
-    int listen_fd;
-    uint64_t secret;
-    int64_t deadline;
-} root_args_t;
-
-static void *root_thread(void *arg)
-{
-    root_args_t a = *(root_args_t *)arg;
-    free(arg);
-    pending_set_t pend = {0};
-    int nranks = -1, arrived = 0;
-    int *rank_fd = NULL;
-    sock_addr_t *addrs = NULL;
-    while (arrived != nranks && fifo_now_ns() < a.deadline) {
-        struct pollfd fds[257];
-        int nfds = 0;
-        fds[nfds++] = (struct pollfd){a.listen_fd, POLLIN, 0};
-        for (int i = 0; i < pend.n && nfds < 257; i++)
-            fds[nfds++] = (struct pollfd){pend.items[i].fd, POLLIN, 0};
-        if (poll(fds, nfds, 100) < 0 && errno != EINTR)
-            break;
-        accept_all(a.listen_fd, &pend);
-        int64_t now = fifo_now_ns();
-        for (int i = pend.n - 1; i >= 0; i--) {
-            pending_t *p = &pend.items[i];
-            int rc = pending_read(p, sizeof(root_hello_t));
-            if (rc == 0 && now < p->deadline)
-                continue;
-            if (rc <= 0) {
-                refuse(p, "bootstrap root",
-                       rc < 0 ? "closed before a full hello" : "no hello within 5 s");
-                pending_remove(&pend, i, 1);
-                continue;
-            }
-            root_hello_t h;
-            memcpy(&h, p->buf, sizeof(h));
-            const char *why = NULL;
-            if (h.magic != BOOT_MAGIC)
-                why = "not a Chorus bootstrap hello (bad magic)";
-            else if (h.secret != a.secret)
-                why = "wrong secret (a different job's unique id?)";
-            else if (h.nranks <= 0 || h.nranks > BOOT_MAX_RANKS)
-                why = "nranks out of range";
-            else if (nranks != -1 && h.nranks != nranks)
-                why = "nranks differs from the first rank's";
-            else if (h.rank < 0 || h.rank >= h.nranks)
-                why = "rank out of range";
-            else if (rank_fd != NULL && rank_fd[h.rank] >= 0)
-                why = "a second connection for the same rank";
-            if (why == NULL && nranks == -1) {
-                nranks = h.nranks;
-                rank_fd = malloc(sizeof(int) * nranks);
-                addrs = calloc(nranks, sizeof(sock_addr_t));
-                if (rank_fd == NULL || addrs == NULL) {
-                    WARN(SUB_BOOT, "bootstrap root: out of memory for %d ranks", nranks);
-                    goto out;
-                }
-                for (int r = 0; r < nranks; r++)
-                    rank_fd[r] = -1;
-            }
-            if (why != NULL) {
-                refuse(p, "bootstrap root", why);
-                pending_remove(&pend, i, 1);
-                continue;
-            }
-            rank_fd[h.rank] = p->fd;
-            addrs[h.rank] = h.listen;
-            arrived++;
-            pending_remove(&pend, i, 0);
-        }
-    }
-    if (arrived == nranks) {
-        root_reply_t r = {BOOT_MAGIC, nranks, 0};
-        int64_t deadline = fifo_now_ns() + HELLO_TIMEOUT_NS * 2;
-        for (int i = 0; i < nranks; i++) {
-            if (sock_send_all(rank_fd[i], &r, sizeof(r), deadline) != chorusSuccess ||
-                sock_send_all(rank_fd[i], addrs, sizeof(sock_addr_t) * nranks, deadline) !=
-                    chorusSuccess)
-                WARN(SUB_BOOT, "bootstrap root: could not send the address table to rank %d", i);
-        }
-        TRACE(SUB_BOOT, "bootstrap root served %d ranks", nranks);
-    } else {
-        WARN(SUB_BOOT, "bootstrap root: only %d of %d ranks arrived before the deadline", arrived,
-             nranks);
-    }
-out:
-    if (rank_fd != NULL)
-        for (int i = 0; i < nranks; i++)
-            if (rank_fd[i] >= 0)
-                close(rank_fd[i]);
-    free(rank_fd);
-    free(addrs);
-    pending_free(&pend);
-    close(a.listen_fd);
-    return NULL;
-}
-
-chorusResult_t boot_root_start(const sock_addr_t *bind_addr, uint64_t secret, int64_t timeout_ms,
-                               boot_id_t *id_p)
-{
-    int fd;
-    sock_addr_t bound;
-    CHECK(sock_listen(bind_addr, &fd, &bound));
-    root_args_t *a = malloc(sizeof(*a));
-    if (a == NULL) {
-        close(fd);
-        return ERR(chorusSystemError, SUB_BOOT, "out of memory");
-    }
-    a->listen_fd = fd;
-    a->secret = secret;
-    a->deadline = fifo_now_ns() + timeout_ms * 1000000;
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&t, &attr, root_thread, a);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        free(a);
-        close(fd);
-        return ERR(chorusSystemError, SUB_BOOT, "pthread_create for the bootstrap root: %s",
-                   strerror(rc));
-    }
-    /* A wildcard bind is reached through the address the caller gave, if any. */
-    if (bind_addr->sa.sa_family == AF_INET && bind_addr->sin.sin_addr.s_addr != 0)
-        bound.sin.sin_addr = bind_addr->sin.sin_addr;
-    memset(id_p, 0, sizeof(*id_p));
-    id_p->magic = BOOT_MAGIC;
-    id_p->secret = secret;
-    id_p->root = bound;
-    return chorusSuccess;
-}
-
-/* ---- ranks ---- */
 
 typedef struct boot_msg {
     struct boot_msg *next;
@@ -383,8 +129,8 @@ err_free:
     return res;
 }
 
-static chorusResult_t queue_push(boot_t *b, int peer, uint32_t tag, const void *data,
-                                 uint32_t nbytes)
+/* A queued message of nbytes; the caller fills data. */
+static chorusResult_t queue_new(int peer, uint32_t tag, uint32_t nbytes, boot_msg_t **m_p)
 {
     boot_msg_t *m = malloc(sizeof(*m) + nbytes);
     if (m == NULL)
@@ -393,14 +139,17 @@ static chorusResult_t queue_push(boot_t *b, int peer, uint32_t tag, const void *
     m->peer = peer;
     m->tag = tag;
     m->nbytes = nbytes;
-    if (data != NULL)
-        memcpy(m->data, data, nbytes);
+    *m_p = m;
+    return chorusSuccess;
+}
+
+static void queue_append(boot_t *b, boot_msg_t *m)
+{
     if (b->queue_tail)
         b->queue_tail->next = m;
     else
         b->queue_head = m;
     b->queue_tail = m;
-    return chorusSuccess;
 }
 
 chorusResult_t boot_send(boot_t *b, int peer, uint32_t tag, const void *buf, size_t nbytes)
@@ -412,7 +161,10 @@ chorusResult_t boot_send(boot_t *b, int peer, uint32_t tag, const void *buf, siz
                    nbytes);
     pthread_mutex_lock(&b->lock);
     if (peer == b->rank) {
-        res = queue_push(b, peer, tag, buf, (uint32_t)nbytes);
+        boot_msg_t *m = NULL;
+        CHECK_GOTO(queue_new(peer, tag, (uint32_t)nbytes, &m), res, out);
+        memcpy(m->data, buf, nbytes);
+        queue_append(b, m);
         goto out;
     }
     int64_t deadline = fifo_now_ns() + b->timeout_ns;
@@ -461,23 +213,14 @@ static chorusResult_t read_frame(boot_t *b, int peer, int64_t deadline)
         return ERR(chorusRemoteError, SUB_BOOT,
                    "rank %d sent a bootstrap frame of %u bytes (limit %u): corrupt stream", peer,
                    f.nbytes, BOOT_MAX_MSG);
-    boot_msg_t *m = malloc(sizeof(*m) + f.nbytes);
-    if (m == NULL)
-        return ERR(chorusSystemError, SUB_BOOT, "out of memory for a %u-byte message", f.nbytes);
+    boot_msg_t *m = NULL;
+    CHECK(queue_new(peer, f.tag, f.nbytes, &m));
     chorusResult_t res = sock_recv_all(b->in_fd[peer], m->data, f.nbytes, deadline);
     if (res != chorusSuccess) {
         free(m);
         return res;
     }
-    m->next = NULL;
-    m->peer = peer;
-    m->tag = f.tag;
-    m->nbytes = f.nbytes;
-    if (b->queue_tail)
-        b->queue_tail->next = m;
-    else
-        b->queue_head = m;
-    b->queue_tail = m;
+    queue_append(b, m);
     return chorusSuccess;
 }
 
@@ -491,8 +234,8 @@ static void serve_pending(boot_t *b)
         if (rc == 0 && now < p->deadline)
             continue;
         if (rc <= 0) {
-            refuse(p, "bootstrap listener",
-                   rc < 0 ? "closed before a full hello" : "no hello within 5 s");
+            pending_refuse(p, "bootstrap listener",
+                           rc < 0 ? "closed before a full hello" : "no hello within 5 s");
             pending_remove(&b->pend, i, 1);
             continue;
         }
@@ -508,7 +251,7 @@ static void serve_pending(boot_t *b)
         else if (b->in_fd[h.rank] >= 0 || b->in_closed[h.rank])
             why = "a second connection for the same rank";
         if (why != NULL) {
-            refuse(p, "bootstrap listener", why);
+            pending_refuse(p, "bootstrap listener", why);
             pending_remove(&b->pend, i, 1);
             continue;
         }
@@ -643,14 +386,4 @@ void boot_close(boot_t *b)
     free(b->in_closed);
     pthread_mutex_destroy(&b->lock);
     free(b);
-}
-
-chorusResult_t boot_new_id(const char *ifname_spec, int64_t timeout_ms, boot_id_t *id_p)
-{
-    sock_addr_t addr;
-    CHECK(sock_pick_addr(ifname_spec, &addr, NULL, 0));
-    uint64_t secret = 0;
-    if (getrandom(&secret, sizeof(secret), 0) != sizeof(secret))
-        return ERR(chorusSystemError, SUB_BOOT, "getrandom failed: %s", strerror(errno));
-    return boot_root_start(&addr, secret, timeout_ms, id_p);
 }
