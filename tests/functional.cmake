@@ -11,9 +11,18 @@
 #   lifecycle_asan             lifecycle under AddressSanitizer (fails until an aborted call stops
 #                              touching the communicator that chorusCommAbort frees)
 # Each prints what it proves and PASS/FAIL; every one runs in well under 30 s on two cores.
+# What they share (FAIL/CHECK_OK, PASS lines, byte patterns, thread ranks) is support/harness.c,
+# the static library chorus_test_harness that every one links.
 
-add_executable(test_p2p test_p2p.c)
-target_link_libraries(test_p2p chorus_internal)
+add_library(chorus_test_harness STATIC support/harness.c)
+target_include_directories(chorus_test_harness PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/support)
+target_link_libraries(chorus_test_harness PUBLIC chorus_internal Threads::Threads)
+
+foreach(t p2p stream invalid split env_init uniqueid lifecycle)
+    add_executable(test_${t} test_${t}.c)
+    target_link_libraries(test_${t} chorus_test_harness)
+endforeach()
+
 foreach(n 1 2 3 4 5 6 7 8)
     chorus_add_test(NAME p2p_threads_${n} COMMAND test_p2p ${n} TIMEOUT 120 LABELS functional)
 endforeach()
@@ -23,46 +32,35 @@ chorus_add_test(NAME p2p_group_mixed_threads_3 COMMAND test_p2p 3 mixed TIMEOUT 
 if(MPI_C_FOUND)
     add_executable(test_p2p_mpi test_p2p.c)
     target_compile_definitions(test_p2p_mpi PRIVATE TEST_P2P_MPI=1)
-    target_link_libraries(test_p2p_mpi chorus_internal MPI::MPI_C)
+    target_link_libraries(test_p2p_mpi chorus_test_harness MPI::MPI_C)
     chorus_add_test(NAME p2p_mpi_4
         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4
                 $<TARGET_FILE:test_p2p_mpi>
         TIMEOUT 120 LABELS functional mpi)
 endif()
 
-add_executable(test_stream test_stream.c)
-target_link_libraries(test_stream chorus_internal)
 foreach(n 3 4)
     chorus_add_test(NAME stream_threads_${n} COMMAND test_stream ${n} TIMEOUT 120 LABELS functional)
 endforeach()
 
-add_executable(test_invalid test_invalid.c)
-target_link_libraries(test_invalid chorus_internal)
 chorus_add_test(NAME invalid_args COMMAND test_invalid TIMEOUT 120 LABELS functional)
 
-add_executable(test_split test_split.c)
-target_link_libraries(test_split chorus_internal)
 chorus_add_test(NAME split_threads_8 COMMAND test_split TIMEOUT 120 LABELS functional)
 
 # env_init.sh starts one process per rank (no MPI) and checks every one.
-add_executable(test_env_init test_env_init.c)
-target_link_libraries(test_env_init chorus_internal)
 chorus_add_test(NAME env_init
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/env_init.sh $<TARGET_FILE:test_env_init>
     TIMEOUT 120 LABELS functional)
 
-add_executable(test_uniqueid test_uniqueid.c)
-target_link_libraries(test_uniqueid chorus_internal)
 chorus_add_test(NAME uniqueid COMMAND test_uniqueid TIMEOUT 120 LABELS functional)
 
-add_executable(test_lifecycle test_lifecycle.c)
-target_link_libraries(test_lifecycle chorus_internal)
 chorus_add_test(NAME lifecycle COMMAND test_lifecycle TIMEOUT 120 LABELS functional)
 
 # lifecycle_asan: test_lifecycle compiled together with the library's sources under
 # AddressSanitizer, so a use-after-free between chorusCommAbort and the thread of the call it
 # aborts fails the test instead of passing silently. Only where the compiler has ASan, and not
-# when the whole build already uses a sanitizer.
+# when the whole build already uses a sanitizer. The harness is compiled in too (not linked as
+# chorus_test_harness, which would bring a second, uninstrumented copy of the library).
 include(CheckCSourceCompiles)
 set(CMAKE_REQUIRED_FLAGS -fsanitize=address)
 set(CMAKE_REQUIRED_LINK_OPTIONS -fsanitize=address)
@@ -71,13 +69,13 @@ unset(CMAKE_REQUIRED_FLAGS)
 unset(CMAKE_REQUIRED_LINK_OPTIONS)
 if(CHORUS_TEST_HAVE_ASAN AND NOT CMAKE_C_FLAGS MATCHES "-fsanitize")
     get_target_property(_chorus_lib_sources chorus_obj SOURCES)
-    add_executable(test_lifecycle_asan test_lifecycle.c ${_chorus_lib_sources})
+    add_executable(test_lifecycle_asan test_lifecycle.c support/harness.c ${_chorus_lib_sources})
     target_compile_options(test_lifecycle_asan PRIVATE -fsanitize=address -fno-omit-frame-pointer)
     target_link_options(test_lifecycle_asan PRIVATE -fsanitize=address)
     target_compile_definitions(test_lifecycle_asan PRIVATE
         $<TARGET_PROPERTY:chorus_obj,COMPILE_DEFINITIONS>)
     target_include_directories(test_lifecycle_asan PRIVATE
-        $<TARGET_PROPERTY:chorus_obj,INCLUDE_DIRECTORIES>)
+        $<TARGET_PROPERTY:chorus_obj,INCLUDE_DIRECTORIES> ${CMAKE_CURRENT_SOURCE_DIR}/support)
     target_link_libraries(test_lifecycle_asan PRIVATE
         $<TARGET_PROPERTY:chorus_obj,INTERFACE_LINK_LIBRARIES> ${CMAKE_DL_LIBS})
     chorus_add_test(NAME lifecycle_asan COMMAND test_lifecycle_asan TIMEOUT 120

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "chorus.h"
+#include "harness.h"
 
 /* The rank and size the environment names (the test reads it to know what to expect). */
 static int env_int(const char *chorus_name, const char *torch_name)
@@ -34,78 +35,58 @@ static int run(void)
     chorusComm_t comm = NULL;
     chorusResult_t res = chorusCommInitEnv(&comm);
     if (res != chorusSuccess) {
-        printf("FAIL rank %d: chorusCommInitEnv: %s: %s\n", want_rank, chorusGetErrorString(res),
-               chorusGetLastError(NULL));
+        FAIL("rank %d: chorusCommInitEnv: %s: %s", want_rank, chorusGetErrorString(res),
+             chorusGetLastError(NULL));
         return 1;
     }
-    int failed = 0, rank = -1, n = -1;
+    int rank = -1, n = -1;
     chorusCommUserRank(comm, &rank);
     chorusCommCount(comm, &n);
-    if (rank != want_rank || n != want_n) {
-        printf("FAIL: communicator says rank %d of %d, the environment %d of %d\n", rank, n,
-               want_rank, want_n);
-        failed = 1;
-    }
+    if (rank != want_rank || n != want_n)
+        FAIL("communicator says rank %d of %d, the environment %d of %d", rank, n, want_rank,
+             want_n);
     enum { COUNT = 100003 };
     int32_t *buf = malloc(COUNT * sizeof(int32_t));
     for (int i = 0; i < COUNT; i++)
         buf[i] = (rank + 1) * 1000 + i % 1000;
     res = chorusAllReduce(buf, buf, COUNT, chorusInt32, chorusSum, comm, NULL);
-    if (res != chorusSuccess) {
-        printf("FAIL: chorusAllReduce: %s: %s\n", chorusGetErrorString(res),
-               chorusGetLastError(comm));
-        failed = 1;
-    }
+    if (res != chorusSuccess)
+        FAIL("chorusAllReduce: %s: %s", chorusGetErrorString(res), chorusGetLastError(comm));
     for (int i = 0; i < COUNT && res == chorusSuccess; i++)
         if (buf[i] != 1000 * n * (n + 1) / 2 + n * (i % 1000)) {
-            printf("FAIL: all-reduce element %d is %d, want %d\n", i, buf[i],
-                   1000 * n * (n + 1) / 2 + n * (i % 1000));
-            failed = 1;
+            FAIL("all-reduce element %d is %d, want %d", i, buf[i],
+                 1000 * n * (n + 1) / 2 + n * (i % 1000));
             break;
         }
     int64_t mine[2] = {rank, (int64_t)rank * rank}, *all = calloc(2 * (size_t)n, sizeof(int64_t));
     res = chorusAllGather(mine, all, 2, chorusInt64, comm, NULL);
-    if (res != chorusSuccess) {
-        printf("FAIL: chorusAllGather: %s: %s\n", chorusGetErrorString(res),
-               chorusGetLastError(comm));
-        failed = 1;
-    }
+    if (res != chorusSuccess)
+        FAIL("chorusAllGather: %s: %s", chorusGetErrorString(res), chorusGetLastError(comm));
     for (int q = 0; q < n && res == chorusSuccess; q++)
         if (all[2 * q] != q || all[2 * q + 1] != (int64_t)q * q) {
-            printf("FAIL: all-gather block %d is {%lld, %lld}\n", q, (long long)all[2 * q],
-                   (long long)all[2 * q + 1]);
-            failed = 1;
+            FAIL("all-gather block %d is {%lld, %lld}", q, (long long)all[2 * q],
+                 (long long)all[2 * q + 1]);
             break;
         }
     res = chorusCommDestroy(comm);
-    if (res != chorusSuccess) {
-        printf("FAIL: chorusCommDestroy: %s\n", chorusGetErrorString(res));
-        failed = 1;
-    }
+    if (res != chorusSuccess)
+        FAIL("chorusCommDestroy: %s", chorusGetErrorString(res));
     free(buf);
     free(all);
-    printf("%s rank %d of %d: joined by environment, all-reduce and all-gather exact\n",
-           failed ? "FAIL" : "PASS", rank, n);
-    return failed;
+    return harness_finish("rank %d of %d: joined by environment, all-reduce and all-gather exact",
+                          rank, n);
 }
 
 static int bad(const char *word)
 {
     chorusComm_t comm = NULL;
     chorusResult_t res = chorusCommInitEnv(&comm);
-    const char *text = chorusGetLastError(NULL);
-    if (res == chorusSuccess) {
-        printf("FAIL: chorusCommInitEnv succeeded; want chorusInvalidArgument naming %s\n", word);
+    char text[1024]; /* copied: chorusCommDestroy may replace the last error */
+    snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
+    if (res == chorusSuccess)
         chorusCommDestroy(comm);
-        return 1;
-    }
-    if (res != chorusInvalidArgument || strstr(text, word) == NULL) {
-        printf("FAIL: chorusCommInitEnv returned %s \"%s\"; want chorusInvalidArgument naming %s\n",
-               chorusGetErrorString(res), text, word);
-        return 1;
-    }
-    printf("PASS refused with chorusInvalidArgument: \"%s\"\n", text);
-    return 0;
+    harness_expect_refused("chorusCommInitEnv", res, chorusInvalidArgument, text, word, NULL);
+    return harness_finish("refused with chorusInvalidArgument: \"%s\"", text);
 }
 
 int main(int argc, char **argv)

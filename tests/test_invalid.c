@@ -30,68 +30,10 @@
 #include <time.h>
 
 #include "chorus.h"
+#include "harness.h"
 
 #define NRANKS 2
 #define BUF_BYTES 65536
-
-static long failures;
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (__atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED) < 30) {                             \
-            char msg_[1024];                                                                       \
-            snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                             \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, msg_);                                  \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_OK(call)                                                                             \
-    do {                                                                                           \
-        chorusResult_t r_ = (call);                                                                \
-        if (r_ != chorusSuccess)                                                                   \
-            FAIL("%s returned %d (%s): %s", #call, (int)r_, chorusGetErrorString(r_),              \
-                 chorusGetLastError(NULL));                                                        \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void pattern(unsigned char *buf, size_t nbytes, unsigned seed)
-{
-    for (size_t i = 0; i < nbytes; i++)
-        buf[i] = (unsigned char)((i * 131 + seed * 17 + (i >> 8)) ^ 0x5c);
-}
-
-static int pattern_intact(const unsigned char *buf, size_t nbytes, unsigned seed)
-{
-    for (size_t i = 0; i < nbytes; i++)
-        if (buf[i] != (unsigned char)((i * 131 + seed * 17 + (i >> 8)) ^ 0x5c))
-            return 0;
-    return 1;
-}
-
-/* Refused with want, and the last error names every word in words (NULL-terminated). */
-static void expect_refused(const char *what, chorusResult_t got, chorusResult_t want,
-                           const char *text, const char *word1, const char *word2)
-{
-    if (got != want) {
-        FAIL("%s: returned %d (%s), want %d (%s)", what, (int)got, chorusGetErrorString(got),
-             (int)want, chorusGetErrorString(want));
-        return;
-    }
-    if (text == NULL || text[0] == '\0') {
-        FAIL("%s: refused, but chorusGetLastError is empty", what);
-        return;
-    }
-    if ((word1 && strstr(text, word1) == NULL) || (word2 && strstr(text, word2) == NULL))
-        FAIL("%s: the last error does not name \"%s\"%s%s%s: \"%s\"", what, word1 ? word1 : "",
-             word2 ? " and \"" : "", word2 ? word2 : "", word2 ? "\"" : "", text);
-}
 
 /* ---- the valid call that proves the communicator still works ---- */
 
@@ -265,14 +207,14 @@ static void run_table(void)
         const bad_t *b = &table[i];
         char what[160];
         snprintf(what, sizeof(what), "%s %s", fn_names[b->fn], b->what);
-        pattern(sbuf, BUF_BYTES, (unsigned)i);
-        pattern(rbuf, BUF_BYTES, (unsigned)i + 1000);
+        harness_fill(sbuf, BUF_BYTES, (uint64_t)i);
+        harness_fill(rbuf, BUF_BYTES, (uint64_t)i + 1000000);
         chorusComm_t comm = b->null_comm ? NULL : comms[0];
         chorusResult_t res =
             issue(b->fn, b->null_send ? NULL : sbuf, b->null_recv ? NULL : rbuf, b->count, b->dtype,
                   b->op, b->root, comm, b->bogus_stream ? (chorusStream_t)&bogus : NULL);
-        expect_refused(what, res, chorusInvalidArgument, chorusGetLastError(comm), fn_names[b->fn],
-                       b->word);
+        harness_expect_refused(what, res, chorusInvalidArgument, chorusGetLastError(comm),
+                               fn_names[b->fn], b->word);
         if (comm != NULL) {
             pthread_t t;
             other_text[0] = '\0';
@@ -280,22 +222,25 @@ static void run_table(void)
             pthread_join(t, NULL);
             char what2[200];
             snprintf(what2, sizeof(what2), "%s (error read from another thread)", what);
-            expect_refused(what2, res, chorusInvalidArgument, other_text, fn_names[b->fn], b->word);
+            harness_expect_refused(what2, res, chorusInvalidArgument, other_text, fn_names[b->fn],
+                                   b->word);
         }
-        if (!pattern_intact(sbuf, BUF_BYTES, (unsigned)i) ||
-            !pattern_intact(rbuf, BUF_BYTES, (unsigned)i + 1000))
+        if (harness_first_diff(sbuf, BUF_BYTES, (uint64_t)i) >= 0 ||
+            harness_first_diff(rbuf, BUF_BYTES, (uint64_t)i + 1000000) >= 0)
             FAIL("%s: a buffer changed although the call was refused", what);
         valid_allreduce(what);
     }
-    printf("%s %d invalid collective/send/recv calls refused with chorusInvalidArgument, buffers "
-           "unchanged, error naming function and argument, communicator still usable\n",
-           failures ? "FAIL" : "PASS", n);
+    harness_report(0,
+                   "%d invalid collective/send/recv calls refused with chorusInvalidArgument, "
+                   "buffers unchanged, error naming function and argument, communicator still "
+                   "usable",
+                   n);
 }
 
 /* NULL buffers with count 0 are accepted by every call (both ranks, one group). */
 static void run_count0(void)
 {
-    long before = failures;
+    long before = harness_failures;
     CHECK_OK(chorusGroupStart());
     for (int r = 0; r < NRANKS; r++) {
         CHECK_OK(chorusAllReduce(NULL, NULL, 0, chorusFloat32, chorusSum, comms[r], NULL));
@@ -309,14 +254,14 @@ static void run_count0(void)
     }
     CHECK_OK(chorusGroupEnd());
     valid_allreduce("count-0 calls with NULL buffers");
-    printf("%s NULL buffers with count 0 are accepted by every collective and send/recv\n",
-           failures == before ? "PASS" : "FAIL");
+    harness_report(before, "NULL buffers with count 0 are accepted by every collective and "
+                           "send/recv");
 }
 
 /* An invalid call inside a group is refused at once; the group's valid calls still run. */
 static void run_group(void)
 {
-    long before = failures;
+    long before = harness_failures;
     enum { COUNT = 513 };
     int64_t in[NRANKS][COUNT], out[NRANKS][COUNT];
     for (int r = 0; r < NRANKS; r++)
@@ -327,8 +272,8 @@ static void run_group(void)
     CHECK_OK(chorusGroupStart());
     chorusResult_t res =
         chorusAllReduce(in[0], out[0], COUNT, (chorusDataType_t)42, chorusSum, comms[0], NULL);
-    expect_refused("chorusAllReduce datatype 42 inside a group", res, chorusInvalidArgument,
-                   chorusGetLastError(comms[0]), "chorusAllReduce", "datatype");
+    harness_expect_refused("chorusAllReduce datatype 42 inside a group", res, chorusInvalidArgument,
+                           chorusGetLastError(comms[0]), "chorusAllReduce", "datatype");
     for (int r = 0; r < NRANKS; r++)
         CHECK_OK(chorusAllReduce(in[r], out[r], COUNT, chorusInt64, chorusMax, comms[r], NULL));
     CHECK_OK(chorusGroupEnd());
@@ -339,23 +284,23 @@ static void run_group(void)
                 break;
             }
     res = chorusGroupEnd();
-    expect_refused("chorusGroupEnd without chorusGroupStart", res, chorusInvalidUsage,
-                   chorusGetLastError(NULL), "chorusGroupEnd", "chorusGroupStart");
+    harness_expect_refused("chorusGroupEnd without chorusGroupStart", res, chorusInvalidUsage,
+                           chorusGetLastError(NULL), "chorusGroupEnd", "chorusGroupStart");
     valid_allreduce("chorusGroupEnd without chorusGroupStart");
     chorusResult_t async = chorusSuccess;
     CHECK_OK(chorusCommGetAsyncError(comms[0], &async));
     if (async != chorusSuccess)
         FAIL("refused calls left an async error on the communicator: %d", (int)async);
-    printf("%s an invalid call inside a group is refused and the group still runs; chorusGroupEnd "
-           "without chorusGroupStart is chorusInvalidUsage; no async error afterwards\n",
-           failures == before ? "PASS" : "FAIL");
+    harness_report(before, "an invalid call inside a group is refused and the group still runs; "
+                           "chorusGroupEnd without chorusGroupStart is chorusInvalidUsage; no "
+                           "async error afterwards");
 }
 
 /* ---- init and config arguments ---- */
 
 static void run_init_args(void)
 {
-    long before = failures;
+    long before = harness_failures;
     chorusUniqueId id;
     CHECK_OK(chorusGetUniqueId(&id));
     chorusComm_t c = NULL;
@@ -365,58 +310,59 @@ static void run_init_args(void)
     memset(&raw, 0, sizeof(raw));
     raw.timeoutMs = 1000;
     res = chorusCommInitRankConfig(&c, 1, id, 0, &raw);
-    expect_refused("config not made by CHORUS_CONFIG_INITIALIZER", res, chorusInvalidArgument,
-                   chorusGetLastError(NULL), "CHORUS_CONFIG_INITIALIZER", NULL);
+    harness_expect_refused("config not made by CHORUS_CONFIG_INITIALIZER", res,
+                           chorusInvalidArgument, chorusGetLastError(NULL),
+                           "CHORUS_CONFIG_INITIALIZER", NULL);
     chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
     cfg.timeoutMs = -5;
     res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg);
-    expect_refused("config timeoutMs -5", res, chorusInvalidArgument, chorusGetLastError(NULL),
-                   "timeoutMs", NULL);
+    harness_expect_refused("config timeoutMs -5", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "timeoutMs", NULL);
     chorusConfig_t cfg2 = CHORUS_CONFIG_INITIALIZER;
     cfg2.minChannels = 0;
     res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg2);
-    expect_refused("config minChannels 0", res, chorusInvalidArgument, chorusGetLastError(NULL),
-                   "minChannels", NULL);
+    harness_expect_refused("config minChannels 0", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "minChannels", NULL);
     chorusConfig_t cfg3 = CHORUS_CONFIG_INITIALIZER;
     cfg3.blocking = 7;
     res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg3);
-    expect_refused("config blocking 7", res, chorusInvalidArgument, chorusGetLastError(NULL),
-                   "blocking", NULL);
+    harness_expect_refused("config blocking 7", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "blocking", NULL);
 
     res = chorusCommInitRank(&c, 0, id, 0);
-    expect_refused("chorusCommInitRank nranks 0", res, chorusInvalidArgument,
-                   chorusGetLastError(NULL), "nranks", NULL);
+    harness_expect_refused("chorusCommInitRank nranks 0", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "nranks", NULL);
     res = chorusCommInitRank(&c, -3, id, 0);
-    expect_refused("chorusCommInitRank nranks -3", res, chorusInvalidArgument,
-                   chorusGetLastError(NULL), "nranks", NULL);
+    harness_expect_refused("chorusCommInitRank nranks -3", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "nranks", NULL);
     res = chorusCommInitRank(&c, 2, id, 2);
-    expect_refused("chorusCommInitRank rank 2 of 2", res, chorusInvalidArgument,
-                   chorusGetLastError(NULL), "rank", NULL);
+    harness_expect_refused("chorusCommInitRank rank 2 of 2", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "rank", NULL);
     res = chorusCommInitRank(&c, 2, id, -1);
-    expect_refused("chorusCommInitRank rank -1", res, chorusInvalidArgument,
-                   chorusGetLastError(NULL), "rank", NULL);
+    harness_expect_refused("chorusCommInitRank rank -1", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "rank", NULL);
     res = chorusCommInitRank(NULL, 1, id, 0);
-    expect_refused("chorusCommInitRank comm NULL", res, chorusInvalidArgument,
-                   chorusGetLastError(NULL), "comm", NULL);
+    harness_expect_refused("chorusCommInitRank comm NULL", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "comm", NULL);
     chorusUniqueId zero;
     memset(&zero, 0, sizeof(zero));
     res = chorusCommInitRank(&c, 1, zero, 0);
-    expect_refused("chorusCommInitRank with an all-zero id", res, chorusInvalidArgument,
-                   chorusGetLastError(NULL), "unique id", NULL);
+    harness_expect_refused("chorusCommInitRank with an all-zero id", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "unique id", NULL);
     res = chorusGetUniqueId(NULL);
-    expect_refused("chorusGetUniqueId(NULL)", res, chorusInvalidArgument, chorusGetLastError(NULL),
-                   "uniqueId", NULL);
+    harness_expect_refused("chorusGetUniqueId(NULL)", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "uniqueId", NULL);
 
     chorusComm_t two[2];
     res = chorusCommInitAll(two, 0, NULL);
-    expect_refused("chorusCommInitAll ndev 0", res, chorusInvalidArgument, chorusGetLastError(NULL),
-                   "ndev", NULL);
+    harness_expect_refused("chorusCommInitAll ndev 0", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "ndev", NULL);
     res = chorusCommInitAll(NULL, 2, NULL);
-    expect_refused("chorusCommInitAll comms NULL", res, chorusInvalidArgument,
-                   chorusGetLastError(NULL), "comms", NULL);
+    harness_expect_refused("chorusCommInitAll comms NULL", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "comms", NULL);
     res = chorusCommSplit(comms[0], 0, 0, NULL, NULL);
-    expect_refused("chorusCommSplit newcomm NULL", res, chorusInvalidArgument,
-                   chorusGetLastError(comms[0]), "newcomm", NULL);
+    harness_expect_refused("chorusCommSplit newcomm NULL", res, chorusInvalidArgument,
+                           chorusGetLastError(comms[0]), "newcomm", NULL);
     valid_allreduce("chorusCommSplit newcomm NULL");
 
     /* The id is still good after all that: a 1-rank communicator joins it. */
@@ -427,9 +373,8 @@ static void run_init_args(void)
              chorusGetLastError(NULL));
     else
         CHECK_OK(chorusCommDestroy(c));
-    printf("%s init/config/InitAll/Split argument errors are chorusInvalidArgument naming the "
-           "argument\n",
-           failures == before ? "PASS" : "FAIL");
+    harness_report(before, "init/config/InitAll/Split argument errors are chorusInvalidArgument "
+                           "naming the argument");
 }
 
 /* ---- an aborted communicator ---- */
@@ -465,10 +410,10 @@ static void *abort_rank_thread(void *p)
         float *buf = malloc(count * 4);
         for (size_t i = 0; i < count; i++)
             buf[i] = (float)(i % 100);
-        double t0 = now_s();
+        double t0 = harness_now_s();
         chorusResult_t res =
             chorusAllReduce(buf, buf, count, chorusFloat32, chorusSum, a->comm, NULL);
-        double dt = now_s() - t0;
+        double dt = harness_now_s() - t0;
         if (res != chorusTimeout && res != chorusRemoteError)
             FAIL("all-reduce that rank 1 never joins returned %d (%s), want chorusTimeout or "
                  "chorusRemoteError",
@@ -486,16 +431,16 @@ static void *abort_rank_thread(void *p)
         /* The next call is refused: the communicator is aborted. */
         int32_t s[8] = {1, 2, 3, 4, 5, 6, 7, 8}, r[8] = {9, 9, 9, 9, 9, 9, 9, 9};
         res = chorusAllReduce(s, r, 8, chorusInt32, chorusSum, a->comm, NULL);
-        expect_refused("a collective issued on the aborted communicator", res, chorusInvalidUsage,
-                       chorusGetLastError(a->comm), "abort", NULL);
+        harness_expect_refused("a collective issued on the aborted communicator", res,
+                               chorusInvalidUsage, chorusGetLastError(a->comm), "abort", NULL);
         for (int i = 0; i < 8; i++)
             if (s[i] != i + 1 || r[i] != 9) {
                 FAIL("the refused call on the aborted communicator changed a buffer");
                 break;
             }
         res = chorusSend(s, 8, chorusInt32, 1, a->comm, NULL);
-        expect_refused("a send issued on the aborted communicator", res, chorusInvalidUsage,
-                       chorusGetLastError(a->comm), "abort", NULL);
+        harness_expect_refused("a send issued on the aborted communicator", res, chorusInvalidUsage,
+                               chorusGetLastError(a->comm), "abort", NULL);
         free(buf);
         pthread_mutex_lock(&abort_mu);
         rank0_done = 1;
@@ -515,18 +460,18 @@ static void *abort_rank_thread(void *p)
         if (!done)
             FAIL("rank 0 did not finish its failed all-reduce within 60 s");
     }
-    double t0 = now_s();
+    double t0 = harness_now_s();
     chorusResult_t res = chorusCommDestroy(a->comm);
     if (res != chorusSuccess)
         FAIL("rank %d: chorusCommDestroy after the abort: %s", a->rank, chorusGetErrorString(res));
-    if (now_s() - t0 > 20.0)
-        FAIL("rank %d: chorusCommDestroy took %.1f s", a->rank, now_s() - t0);
+    if (harness_now_s() - t0 > 20.0)
+        FAIL("rank %d: chorusCommDestroy took %.1f s", a->rank, harness_now_s() - t0);
     return NULL;
 }
 
 static void run_aborted(void)
 {
-    long before = failures;
+    long before = harness_failures;
     abort_rank_t ranks[2];
     pthread_t threads[2];
     chorusUniqueId id;
@@ -537,17 +482,16 @@ static void run_aborted(void)
     }
     for (int r = 0; r < 2; r++)
         pthread_join(threads[r], NULL);
-    printf("%s a collective that a peer never joins fails with timeout (config timeoutMs 300), "
-           "the async error reports it, the next calls are chorusInvalidUsage naming the abort, "
-           "both ranks destroy\n",
-           failures == before ? "PASS" : "FAIL");
+    harness_report(before, "a collective that a peer never joins fails with timeout (config "
+                           "timeoutMs 300), the async error reports it, the next calls are "
+                           "chorusInvalidUsage naming the abort, both ranks destroy");
 }
 
 /* ---- malformed environment ---- */
 
 static void run_env(void)
 {
-    long before = failures;
+    long before = harness_failures;
     static const char *bad[][3] = {
         /* variable, value, what the message must name (besides the variable) */
         {"CHORUS_BUFFSIZE", "abc", NULL},     {"CHORUS_BUFFSIZE", "4Q", NULL},
@@ -568,13 +512,13 @@ static void run_env(void)
         snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
         if (res == chorusSuccess)
             chorusCommDestroy(c);
-        expect_refused(what, res, chorusInvalidArgument, text, bad[i][0], NULL);
+        harness_expect_refused(what, res, chorusInvalidArgument, text, bad[i][0], NULL);
         if (i < 2) { /* the other entry points read the same table */
             chorusUniqueId other;
             res = chorusGetUniqueId(&other);
             snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
             snprintf(what, sizeof(what), "chorusGetUniqueId with %s=%s", bad[i][0], bad[i][1]);
-            expect_refused(what, res, chorusInvalidArgument, text, bad[i][0], NULL);
+            harness_expect_refused(what, res, chorusInvalidArgument, text, bad[i][0], NULL);
             chorusComm_t two[2] = {NULL, NULL};
             res = chorusCommInitAll(two, 2, NULL);
             snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
@@ -583,7 +527,7 @@ static void run_env(void)
                 chorusCommDestroy(two[1]);
             }
             snprintf(what, sizeof(what), "chorusCommInitAll with %s=%s", bad[i][0], bad[i][1]);
-            expect_refused(what, res, chorusInvalidArgument, text, bad[i][0], NULL);
+            harness_expect_refused(what, res, chorusInvalidArgument, text, bad[i][0], NULL);
         }
         unsetenv(bad[i][0]);
     }
@@ -593,8 +537,9 @@ static void run_env(void)
     setenv("CHORUS_MAX_NCHANNELS", "2", 1);
     chorusComm_t c = NULL;
     chorusResult_t res = chorusCommInitRank(&c, 1, id, 0);
-    expect_refused("CHORUS_MIN_NCHANNELS=4 CHORUS_MAX_NCHANNELS=2", res, chorusInvalidArgument,
-                   chorusGetLastError(NULL), "CHORUS_MIN_NCHANNELS", "CHORUS_MAX_NCHANNELS");
+    harness_expect_refused("CHORUS_MIN_NCHANNELS=4 CHORUS_MAX_NCHANNELS=2", res,
+                           chorusInvalidArgument, chorusGetLastError(NULL), "CHORUS_MIN_NCHANNELS",
+                           "CHORUS_MAX_NCHANNELS");
     if (res == chorusSuccess)
         chorusCommDestroy(c);
     unsetenv("CHORUS_MIN_NCHANNELS");
@@ -612,32 +557,26 @@ static void run_env(void)
             FAIL("1-rank all-reduce gave %d, want 5", y);
         CHECK_OK(chorusCommDestroy(c));
     }
-    printf("%s malformed CHORUS_* values fail init with chorusInvalidArgument naming the "
-           "variable; init works once they are unset\n",
-           failures == before ? "PASS" : "FAIL");
+    harness_report(before, "malformed CHORUS_* values fail init with chorusInvalidArgument "
+                           "naming the variable; init works once they are unset");
 }
 
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    harness_fail_limit = 30;
     /* A wrongly accepted call would wait for a peer that never comes: keep that wait short. */
     setenv("CHORUS_TIMEOUT_MS", "10000", 1);
     printf("test_invalid: argument checks on a %d-rank communicator (thread ranks)\n", NRANKS);
-    chorusResult_t res = chorusCommInitAll(comms, NRANKS, NULL);
-    if (res != chorusSuccess) {
-        printf("FAIL chorusCommInitAll: %s: %s\n", chorusGetErrorString(res),
-               chorusGetLastError(NULL));
+    if (harness_init_all(comms, NRANKS) != 0)
         return 1;
-    }
     valid_allreduce("init");
     run_table();
     run_count0();
     run_group();
     run_init_args();
-    for (int r = 0; r < NRANKS; r++)
-        CHECK_OK(chorusCommDestroy(comms[r]));
+    harness_destroy_all(comms, NRANKS);
     run_aborted();
     run_env();
-    printf("%s test_invalid\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    return harness_finish("test_invalid");
 }

@@ -30,41 +30,7 @@
 
 #include "chorus.h"
 #include "comm.h" /* only for comm->queued in the abort test */
-
-static long failures;
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (__atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED) < 20) {                             \
-            char msg_[512];                                                                        \
-            snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                             \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, msg_);                                  \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_OK(call)                                                                             \
-    do {                                                                                           \
-        chorusResult_t r_ = (call);                                                                \
-        if (r_ != chorusSuccess)                                                                   \
-            FAIL("%s returned %d (%s): %s", #call, (int)r_, chorusGetErrorString(r_),              \
-                 chorusGetLastError(NULL));                                                        \
-    } while (0)
-
-#define CHECK_RES(call, want)                                                                      \
-    do {                                                                                           \
-        chorusResult_t r_ = (call);                                                                \
-        if (r_ != (want))                                                                          \
-            FAIL("%s returned %d (%s), want %d", #call, (int)r_, chorusGetErrorString(r_),         \
-                 (int)(want));                                                                     \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "harness.h"
 
 /* Entries of a /proc directory (without . and ..), not counting the DIR's own descriptor. */
 static int count_dir(const char *path, int minus_self)
@@ -111,9 +77,9 @@ static int count_shm(void)
 /* Wait (deadline 10 s, 10 ms polls) until only want threads are left; returns the count. */
 static int wait_threads(int want)
 {
-    double deadline = now_s() + 10;
+    double deadline = harness_now_s() + 10;
     int n;
-    while ((n = count_threads()) > want && now_s() < deadline) {
+    while ((n = count_threads()) > want && harness_now_s() < deadline) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -157,13 +123,12 @@ static void one_job(int n, int iter)
             }
         }
     }
-    for (int r = 0; r < n; r++)
-        CHECK_OK(chorusCommDestroy(comms[r]));
+    harness_destroy_all(comms, n);
 }
 
 static void init_destroy_loop(void)
 {
-    long before = failures;
+    long before = harness_failures;
     int threads0 = count_threads();
     one_job(4, -1); /* warm-up: anything allocated once per process happens here */
     wait_threads(threads0);
@@ -180,9 +145,11 @@ static void init_destroy_loop(void)
     if (shm0 != 0 || shm1 != 0)
         FAIL("/dev/shm/chorus-%d-* entries: %d before the loop, %d after", (int)getpid(), shm0,
              shm1);
-    printf("%s %d x (init 4 thread ranks, group all-reduce, group send ring, destroy): "
-           "%d fds, %d threads and %d /dev/shm/chorus-%d-* entries before and after\n",
-           failures == before ? "PASS" : "FAIL", ITERS, fds1, threads1, shm1, (int)getpid());
+    harness_report(before,
+                   "%d x (init 4 thread ranks, group all-reduce, group send ring, "
+                   "destroy): %d fds, %d threads and %d /dev/shm/chorus-%d-* entries "
+                   "before and after",
+                   ITERS, fds1, threads1, shm1, (int)getpid());
 }
 
 /* ---- 2. abort ---- */
@@ -224,9 +191,9 @@ static void *blocked_group_thread(void *p)
 /* Wait (deadline 10 s) until comm has at least want operations queued or running. */
 static int wait_queued(chorusComm_t comm, int want)
 {
-    double deadline = now_s() + 10;
+    double deadline = harness_now_s() + 10;
     while (comm_queued(comm) < want) {
-        if (now_s() > deadline)
+        if (harness_now_s() > deadline)
             return 0;
         struct timespec ts = {0, 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -252,11 +219,11 @@ static void abort_one(int grouped, int verbose)
         pthread_join(t, NULL);
         return;
     }
-    double t0 = now_s();
+    double t0 = harness_now_s();
     CHECK_OK(chorusCommAbort(comms[0]));
-    double dt = now_s() - t0;
+    double dt = harness_now_s() - t0;
     pthread_join(t, NULL);
-    double dj = now_s() - t0;
+    double dj = harness_now_s() - t0;
     if (b.res == chorusSuccess)
         FAIL("the %sall-reduce rank 1 never joined returned success after the abort",
              grouped ? "grouped " : "");
@@ -272,7 +239,7 @@ static void abort_one(int grouped, int verbose)
 
 static void abort_blocked(void)
 {
-    long before = failures;
+    long before = harness_failures;
     chorusComm_t comms[2];
     double t0, dt;
     /* Repeated: the call's thread returns while Abort frees the communicator, a race that a
@@ -296,9 +263,9 @@ static void abort_blocked(void)
     }
     if (!wait_queued(comms[0], 1))
         FAIL("the queued all-reduces are not counted as running");
-    t0 = now_s();
+    t0 = harness_now_s();
     CHECK_OK(chorusCommAbort(comms[0]));
-    dt = now_s() - t0;
+    dt = harness_now_s() - t0;
     chorusResult_t sync = chorusStreamSynchronize(s);
     if (sync == chorusSuccess)
         FAIL("chorusStreamSynchronize after aborting its communicator returned success");
@@ -311,21 +278,14 @@ static void abort_blocked(void)
     CHECK_OK(chorusCommDestroy(comms[1]));
     for (int k = 0; k < 5; k++)
         free(bufs[k]);
-    printf("%s chorusCommAbort from another thread stops a blocked all-reduce (10x plain, 10x in "
-           "a group) and queued stream calls in bounded time\n",
-           failures == before ? "PASS" : "FAIL");
+    harness_report(before, "chorusCommAbort from another thread stops a blocked all-reduce (10x "
+                           "plain, 10x in a group) and queued stream calls in bounded time");
 }
 
 /* ---- 3. finalize ---- */
 
-typedef struct fin_rank {
-    chorusComm_t comm;
-    int rank, n;
-} fin_rank_t;
-
-static void *fin_thread(void *p)
+static void fin_rank(chorusComm_t comm, int rank, int n)
 {
-    fin_rank_t *a = p;
     enum { CALLS = 20, COUNT = 10007 };
     chorusStream_t s = NULL;
     CHECK_OK(chorusStreamCreate(&s));
@@ -333,51 +293,40 @@ static void *fin_thread(void *p)
     for (int k = 0; k < CALLS; k++) {
         bufs[k] = malloc(COUNT * sizeof(int64_t));
         for (int i = 0; i < COUNT; i++)
-            bufs[k][i] = (int64_t)a->rank * k + i;
-        CHECK_OK(chorusAllReduce(bufs[k], bufs[k], COUNT, chorusInt64, chorusSum, a->comm, s));
+            bufs[k][i] = (int64_t)rank * k + i;
+        CHECK_OK(chorusAllReduce(bufs[k], bufs[k], COUNT, chorusInt64, chorusSum, comm, s));
     }
-    CHECK_OK(chorusCommFinalize(a->comm));
-    int64_t tri = (int64_t)a->n * (a->n - 1) / 2;
+    CHECK_OK(chorusCommFinalize(comm));
+    int64_t tri = (int64_t)n * (n - 1) / 2;
     for (int k = 0; k < CALLS; k++) {
         for (int i = 0; i < COUNT; i++)
-            if (bufs[k][i] != tri * k + (int64_t)a->n * i) {
+            if (bufs[k][i] != tri * k + (int64_t)n * i) {
                 FAIL("rank %d: all-reduce #%d queued before chorusCommFinalize: element %d is "
                      "%lld, want %lld",
-                     a->rank, k, i, (long long)bufs[k][i],
-                     (long long)(tri * k + (int64_t)a->n * i));
+                     rank, k, i, (long long)bufs[k][i], (long long)(tri * k + (int64_t)n * i));
                 break;
             }
         free(bufs[k]);
     }
     CHECK_OK(chorusStreamDestroy(s));
-    return NULL;
 }
 
 static void finalize(void)
 {
-    long before = failures;
+    long before = harness_failures;
     enum { N = 3 };
     chorusComm_t comms[N];
-    CHECK_OK(chorusCommInitAll(comms, N, NULL));
-    pthread_t t[N];
-    fin_rank_t a[N];
-    for (int r = 0; r < N; r++) {
-        a[r] = (fin_rank_t){comms[r], r, N};
-        pthread_create(&t[r], NULL, fin_thread, &a[r]);
-    }
-    for (int r = 0; r < N; r++)
-        pthread_join(t[r], NULL);
-    for (int r = 0; r < N; r++)
-        CHECK_OK(chorusCommDestroy(comms[r]));
-    printf("%s chorusCommFinalize returns after every call queued on host streams finished\n",
-           failures == before ? "PASS" : "FAIL");
+    if (harness_init_all(comms, N) == 0 && harness_run_ranks(comms, N, fin_rank) == 0)
+        harness_destroy_all(comms, N);
+    harness_report(before, "chorusCommFinalize returns after every call queued on host streams "
+                           "finished");
 }
 
 /* ---- 4. queries ---- */
 
 static void queries(void)
 {
-    long before = failures;
+    long before = harness_failures;
     int version = -1;
     CHECK_OK(chorusGetVersion(&version));
     if (version != CHORUS_VERSION_CODE)
@@ -426,8 +375,7 @@ static void queries(void)
     if ((rd != chorusSuccess && rd != chorusInvalidArgument) ||
         (ra != chorusSuccess && ra != chorusInvalidArgument))
         FAIL("chorusCommDestroy(NULL) / chorusCommAbort(NULL) returned %d / %d", (int)rd, (int)ra);
-    for (int r = 0; r < N; r++)
-        CHECK_OK(chorusCommDestroy(comms[r]));
+    harness_destroy_all(comms, N);
 
     /* One rank: every collective is a copy (or the identity in place). */
     chorusComm_t one;
@@ -454,9 +402,9 @@ static void queries(void)
     if (memcmp(in, self, sizeof(in)) != 0)
         FAIL("1-rank self send/recv is not a copy");
     CHECK_OK(chorusCommDestroy(one));
-    printf("%s chorusGetVersion, chorusGetErrorString for every code, Count/UserRank/CuDevice(-1), "
-           "NULL arguments refused, 1-rank collectives are copies\n",
-           failures == before ? "PASS" : "FAIL");
+    harness_report(before, "chorusGetVersion, chorusGetErrorString for every code, "
+                           "Count/UserRank/CuDevice(-1), NULL arguments refused, 1-rank "
+                           "collectives are copies");
 }
 
 int main(void)
@@ -467,6 +415,5 @@ int main(void)
     abort_blocked();
     finalize();
     queries();
-    printf("%s test_lifecycle\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    return harness_finish("test_lifecycle");
 }

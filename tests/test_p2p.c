@@ -17,7 +17,6 @@
  *   test_p2p_mpi      one rank per MPI process (built with -DTEST_P2P_MPI, run under mpirun)
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,66 +26,16 @@
 #if TEST_P2P_MPI
 #include "chorus_mpi.h"
 #endif
+#include "harness.h"
 
 #define GUARD 64
 #define GUARD_BYTE 0xa5
 #define MIB (1024 * 1024)
 
-static long failures;
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (__atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED) < 20) {                             \
-            char msg_[512];                                                                        \
-            snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                             \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, msg_);                                  \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_OK(call)                                                                             \
-    do {                                                                                           \
-        chorusResult_t r_ = (call);                                                                \
-        if (r_ != chorusSuccess)                                                                   \
-            FAIL("%s returned %d (%s)", #call, (int)r_, chorusGetErrorString(r_));                 \
-    } while (0)
-
-static uint64_t splitmix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t seed_of(int src, int dst, int tag)
 {
-    return splitmix(((uint64_t)(uint32_t)src << 40) ^ ((uint64_t)(uint32_t)dst << 20) ^
-                    (uint64_t)(uint32_t)tag);
-}
-
-/* Byte i of the message (src -> dst, tag): byte i%8 of splitmix(seed + i/8). */
-static void fill(void *buf, size_t nbytes, uint64_t seed)
-{
-    unsigned char *p = buf;
-    for (size_t w = 0; w * 8 < nbytes; w++) {
-        uint64_t h = splitmix(seed + w);
-        for (size_t b = 0; b < 8 && w * 8 + b < nbytes; b++)
-            p[w * 8 + b] = (unsigned char)(h >> (8 * b));
-    }
-}
-
-/* Index of the first byte that differs from fill(seed), or -1. */
-static long long first_diff(const void *buf, size_t nbytes, uint64_t seed)
-{
-    const unsigned char *p = buf;
-    for (size_t w = 0; w * 8 < nbytes; w++) {
-        uint64_t h = splitmix(seed + w);
-        for (size_t b = 0; b < 8 && w * 8 + b < nbytes; b++)
-            if (p[w * 8 + b] != (unsigned char)(h >> (8 * b)))
-                return (long long)(w * 8 + b);
-    }
-    return -1;
+    return harness_splitmix(((uint64_t)(uint32_t)src << 40) ^ ((uint64_t)(uint32_t)dst << 20) ^
+                            (uint64_t)(uint32_t)tag);
 }
 
 /* A receive buffer of nbytes followed by GUARD guard bytes; the payload is pre-filled with junk. */
@@ -109,7 +58,7 @@ static void *send_alloc(size_t nbytes, uint64_t seed)
         printf("FAIL: out of memory for %zu bytes\n", nbytes);
         exit(1);
     }
-    fill(p, nbytes, seed);
+    harness_fill(p, nbytes, seed);
     return p;
 }
 
@@ -126,51 +75,41 @@ static void expect_guard(const char *what, int rank, const void *buf, size_t nby
 
 static void expect_msg(const char *what, int rank, const void *buf, size_t nbytes, uint64_t seed)
 {
-    long long d = first_diff(buf, nbytes, seed);
+    long long d = harness_first_diff(buf, nbytes, seed);
     if (d >= 0)
         FAIL("rank %d %s: byte %lld of %zu differs", rank, what, d, nbytes);
     expect_guard(what, rank, buf, nbytes);
 }
 
-static size_t dtype_nbytes(chorusDataType_t t)
-{
-    switch (t) {
-    case chorusInt8:
-    case chorusUint8:
-        return 1;
-    case chorusFloat16:
-    case chorusBfloat16:
-        return 2;
-    case chorusInt32:
-    case chorusUint32:
-    case chorusFloat32:
-        return 4;
-    default:
-        return 8;
-    }
-}
-
 /* ---- one rank's checks (the same on threads and on MPI processes) ---- */
+
+/* One group of rank r: a send of message (r -> to, tag) and a receive of message (from -> r,
+ * tag), the receive issued first when recv_first; then the received message is checked. */
+static void send_recv_group(const char *what, chorusComm_t comm, int r, int to, int from,
+                            size_t count, chorusDataType_t t, int tag, int recv_first)
+{
+    size_t nbytes = count * harness_dtype_nbytes(t);
+    void *sb = send_alloc(nbytes, seed_of(r, to, tag));
+    void *rb = recv_alloc(nbytes);
+    CHECK_OK(chorusGroupStart());
+    if (recv_first)
+        CHECK_OK(chorusRecv(rb, count, t, from, comm, NULL));
+    CHECK_OK(chorusSend(sb, count, t, to, comm, NULL));
+    if (!recv_first)
+        CHECK_OK(chorusRecv(rb, count, t, from, comm, NULL));
+    CHECK_OK(chorusGroupEnd());
+    expect_msg(what, r, rb, nbytes, seed_of(from, r, tag));
+    free(sb);
+    free(rb);
+}
 
 /* Ring shift: send to r+1, receive from r-1 (dir 1), or the other way round (dir -1). */
 static void ring_shift(chorusComm_t comm, int r, int n, size_t count, int dir, int recv_first)
 {
-    int next = (r + dir + n) % n, prev = (r - dir + n) % n, tag = 100 + dir;
-    size_t nbytes = count * 4;
-    void *sb = send_alloc(nbytes, seed_of(r, next, tag));
-    void *rb = recv_alloc(nbytes);
-    CHECK_OK(chorusGroupStart());
-    if (recv_first)
-        CHECK_OK(chorusRecv(rb, count, chorusInt32, prev, comm, NULL));
-    CHECK_OK(chorusSend(sb, count, chorusInt32, next, comm, NULL));
-    if (!recv_first)
-        CHECK_OK(chorusRecv(rb, count, chorusInt32, prev, comm, NULL));
-    CHECK_OK(chorusGroupEnd());
+    int next = (r + dir + n) % n, prev = (r - dir + n) % n;
     char what[96];
     snprintf(what, sizeof(what), "ring shift dir %d count %zu from rank %d", dir, count, prev);
-    expect_msg(what, r, rb, nbytes, seed_of(prev, r, tag));
-    free(sb);
-    free(rb);
+    send_recv_group(what, comm, r, next, prev, count, chorusInt32, 100 + dir, recv_first);
 }
 
 /* 3 MiB to and from every other peer in one group, issued in a rank-dependent order. */
@@ -212,21 +151,9 @@ static void pairwise(chorusComm_t comm, int r, int n)
 /* Send to and receive from this rank itself in one group (either order). */
 static void self_send(chorusComm_t comm, int r, size_t count, int recv_first)
 {
-    size_t nbytes = count * 4;
-    void *sb = send_alloc(nbytes, seed_of(r, r, 300));
-    void *rb = recv_alloc(nbytes);
-    CHECK_OK(chorusGroupStart());
-    if (recv_first)
-        CHECK_OK(chorusRecv(rb, count, chorusFloat32, r, comm, NULL));
-    CHECK_OK(chorusSend(sb, count, chorusFloat32, r, comm, NULL));
-    if (!recv_first)
-        CHECK_OK(chorusRecv(rb, count, chorusFloat32, r, comm, NULL));
-    CHECK_OK(chorusGroupEnd());
     char what[96];
     snprintf(what, sizeof(what), "self send/recv count %zu (recv first %d)", count, recv_first);
-    expect_msg(what, r, rb, nbytes, seed_of(r, r, 300));
-    free(sb);
-    free(rb);
+    send_recv_group(what, comm, r, r, r, count, chorusFloat32, 300, recv_first);
 }
 
 /* Three sends of different sizes and dtypes to the same peer in one group: the k-th send meets
@@ -238,7 +165,7 @@ static void same_peer(chorusComm_t comm, int r, int n)
     int next = (r + 1) % n, prev = (r - 1 + n) % n;
     void *sb[3], *rb[3];
     for (int k = 0; k < 3; k++) {
-        size_t nbytes = counts[k] * dtype_nbytes(types[k]);
+        size_t nbytes = counts[k] * harness_dtype_nbytes(types[k]);
         sb[k] = send_alloc(nbytes, seed_of(r, next, 400 + k));
         rb[k] = recv_alloc(nbytes);
     }
@@ -256,7 +183,8 @@ static void same_peer(chorusComm_t comm, int r, int n)
     for (int k = 0; k < 3; k++) {
         char what[96];
         snprintf(what, sizeof(what), "send #%d of 3 to the same peer, from rank %d", k, prev);
-        expect_msg(what, r, rb[k], counts[k] * dtype_nbytes(types[k]), seed_of(prev, r, 400 + k));
+        expect_msg(what, r, rb[k], counts[k] * harness_dtype_nbytes(types[k]),
+                   seed_of(prev, r, 400 + k));
         free(sb[k]);
         free(rb[k]);
     }
@@ -291,11 +219,11 @@ static void zero_count(chorusComm_t comm, int r, int n)
  * rank r's receive buffer must be message (p -> r). */
 static void alltoall(chorusComm_t comm, int r, int n, chorusDataType_t t, size_t count, int inplace)
 {
-    size_t block = count * dtype_nbytes(t), total = block * n;
+    size_t block = count * harness_dtype_nbytes(t), total = block * n;
     int tag = 600 + (int)t * 4 + inplace;
     void *sb = NULL, *rb = recv_alloc(total);
     for (int p = 0; p < n; p++)
-        fill((char *)rb + block * p, block, seed_of(r, p, tag));
+        harness_fill((char *)rb + block * p, block, seed_of(r, p, tag));
     if (!inplace) {
         sb = send_alloc(total, 0);
         memcpy(sb, rb, total);
@@ -306,14 +234,14 @@ static void alltoall(chorusComm_t comm, int r, int n, chorusDataType_t t, size_t
         char what[128];
         snprintf(what, sizeof(what), "alltoall dtype %d count %zu %s, block from rank %d", (int)t,
                  count, inplace ? "in place" : "out of place", p);
-        long long d = first_diff((char *)rb + block * p, block, seed_of(p, r, tag));
+        long long d = harness_first_diff((char *)rb + block * p, block, seed_of(p, r, tag));
         if (d >= 0)
             FAIL("rank %d %s: byte %lld of the %zu-byte block differs", r, what, d, block);
     }
     expect_guard("alltoall", r, rb, total);
     if (!inplace) {
         for (int p = 0; p < n; p++)
-            if (first_diff((char *)sb + block * p, block, seed_of(r, p, tag)) >= 0)
+            if (harness_first_diff((char *)sb + block * p, block, seed_of(r, p, tag)) >= 0)
                 FAIL("rank %d alltoall dtype %d count %zu: the send buffer changed", r, (int)t,
                      count);
     }
@@ -345,11 +273,6 @@ static void rank_body(chorusComm_t comm, int r, int n)
 
 #if !TEST_P2P_MPI
 /* ---- ranks as threads ---- */
-
-typedef struct rank_arg {
-    chorusComm_t comm;
-    int rank, nranks;
-} rank_arg_t;
 
 /* A collective between a send and its receive in one group: the group's calls are issued
  * together, so the send must progress together with the receive that follows the all-reduce.
@@ -386,17 +309,15 @@ static int mixed_group(chorusComm_t comm, int r, int n, size_t nbytes)
 
 static int mixed_mode;
 
-static void *rank_thread(void *p)
+static void rank_thread(chorusComm_t comm, int r, int n)
 {
-    rank_arg_t *a = p;
     if (mixed_mode) {
         /* 4 KiB fits the FIFO; 3 MiB does not. After a failure the communicator is aborted. */
-        if (mixed_group(a->comm, a->rank, a->nranks, 4096) == 0)
-            mixed_group(a->comm, a->rank, a->nranks, 3 * MIB);
+        if (mixed_group(comm, r, n, 4096) == 0)
+            mixed_group(comm, r, n, 3 * MIB);
     } else {
-        rank_body(a->comm, a->rank, a->nranks);
+        rank_body(comm, r, n);
     }
-    return NULL;
 }
 
 /* NCCL's single-process pattern: this one thread issues the call of every rank in one group. */
@@ -491,45 +412,28 @@ int main(int argc, char **argv)
                         "a collective"
                       : "");
     chorusComm_t *comms = calloc(n, sizeof(chorusComm_t));
-    chorusResult_t res = chorusCommInitAll(comms, n, NULL);
-    if (res != chorusSuccess) {
-        printf("FAIL chorusCommInitAll(%d): %s: %s\n", n, chorusGetErrorString(res),
-               chorusGetLastError(NULL));
+    if (harness_init_all(comms, n) != 0 || harness_run_ranks(comms, n, rank_thread) != 0)
         return 1;
-    }
-    pthread_t *threads = calloc(n, sizeof(pthread_t));
-    rank_arg_t *args = calloc(n, sizeof(rank_arg_t));
-    for (int i = 0; i < n; i++) {
-        args[i] = (rank_arg_t){comms[i], i, n};
-        if (pthread_create(&threads[i], NULL, rank_thread, &args[i]) != 0) {
-            printf("FAIL pthread_create\n");
-            return 1;
-        }
-    }
-    for (int i = 0; i < n; i++)
-        pthread_join(threads[i], NULL);
     if (mixed_mode) {
-        printf("%s groups {send, all-reduce, recv} of 4 KiB and 3 MiB on %d thread ranks\n",
-               failures ? "FAIL" : "PASS", n);
+        harness_report(0, "groups {send, all-reduce, recv} of 4 KiB and 3 MiB on %d thread ranks",
+                       n);
         for (int i = 0; i < n; i++)
-            chorusCommDestroy(comms[i]);
-        return failures ? 1 : 0;
+            chorusCommDestroy(comms[i]); /* an aborted communicator may report its abort */
+        return harness_failures ? 1 : 0;
     }
-    printf("%s grouped send/recv (ring shift, pairwise 3 MiB, self, same peer, count 0) and "
-           "alltoall on %d thread ranks\n",
-           failures ? "FAIL" : "PASS", n);
-    long before = failures;
+    harness_report(0,
+                   "grouped send/recv (ring shift, pairwise 3 MiB, self, same peer, count 0) "
+                   "and alltoall on %d thread ranks",
+                   n);
+    long before = harness_failures;
     single_thread(comms, n);
-    printf("%s single-thread group over %d communicators (all-reduce, max+broadcast, 3 MiB send "
-           "ring)\n",
-           failures == before ? "PASS" : "FAIL", n);
-    for (int i = 0; i < n; i++)
-        CHECK_OK(chorusCommDestroy(comms[i]));
+    harness_report(before,
+                   "single-thread group over %d communicators (all-reduce, "
+                   "max+broadcast, 3 MiB send ring)",
+                   n);
+    harness_destroy_all(comms, n);
     free(comms);
-    free(threads);
-    free(args);
-    printf("%s test_p2p %d ranks\n", failures ? "FAIL" : "PASS", n);
-    return failures ? 1 : 0;
+    return harness_finish("test_p2p %d ranks", n);
 }
 
 #else
@@ -545,15 +449,14 @@ int main(int argc, char **argv)
     chorusComm_t comm = NULL;
     chorusResult_t res = chorusCommInitMPI(&comm, MPI_COMM_WORLD);
     if (res != chorusSuccess) {
-        printf("FAIL rank %d: chorusCommInitMPI: %s: %s\n", r, chorusGetErrorString(res),
-               chorusGetLastError(NULL));
-        failures++;
+        FAIL("rank %d: chorusCommInitMPI: %s: %s", r, chorusGetErrorString(res),
+             chorusGetLastError(NULL));
     } else {
         rank_body(comm, r, n);
         CHECK_OK(chorusCommDestroy(comm));
     }
     long total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&harness_failures, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (r == 0)
         printf("%s test_p2p_mpi: grouped send/recv (ring shift, pairwise 3 MiB, self, same peer, "
                "count 0) and alltoall on %d MPI ranks (%ld failures)\n",

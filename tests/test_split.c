@@ -11,42 +11,27 @@
  * communicator is destroyed, children first.
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chorus.h"
+#include "harness.h"
 
 #define N 8
 #define COUNT 4099
 
-static long failures;
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (__atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED) < 20) {                             \
-            char msg_[512];                                                                        \
-            snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                             \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, msg_);                                  \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_OK(call)                                                                             \
-    do {                                                                                           \
-        chorusResult_t r_ = (call);                                                                \
-        if (r_ != chorusSuccess)                                                                   \
-            FAIL("%s returned %d (%s): %s", #call, (int)r_, chorusGetErrorString(r_),              \
-                 chorusGetLastError(NULL));                                                        \
-    } while (0)
-
-/* Check rank/size of comm, then all-reduce the members' parent ranks and broadcast from new rank
- * 0 (whose parent rank is members[0]). members: parent ranks in new-rank order. */
+/* Check that the split gave parent_rank a communicator (comm not NULL), check its rank/size, then
+ * all-reduce the members' parent ranks and broadcast from new rank 0 (whose parent rank is
+ * members[0]). members: parent ranks in new-rank order. */
 static void check_part(const char *what, chorusComm_t comm, int parent_rank, const int *members,
                        int m)
 {
+    if (comm == NULL) {
+        FAIL("%s: parent rank %d got NULL", what, parent_rank);
+        return;
+    }
     int want_rank = -1;
     for (int i = 0; i < m; i++)
         if (members[i] == parent_rank)
@@ -84,35 +69,26 @@ static void check_part(const char *what, chorusComm_t comm, int parent_rank, con
     free(buf);
 }
 
-typedef struct rank_arg {
-    chorusComm_t comm;
-    int rank;
-} rank_arg_t;
-
-static void *rank_thread(void *p)
+static void rank_thread(chorusComm_t comm, int r, int n)
 {
-    rank_arg_t *a = p;
-    int r = a->rank;
+    (void)n; /* N */
     int members[N], m;
     char what[96];
 
     /* Split 1: color r % 3, key -r: members in decreasing parent rank. */
     chorusComm_t s1 = NULL;
-    CHECK_OK(chorusCommSplit(a->comm, r % 3, -r, &s1, NULL));
+    CHECK_OK(chorusCommSplit(comm, r % 3, -r, &s1, NULL));
     m = 0;
     for (int q = N - 1; q >= 0; q--)
         if (q % 3 == r % 3)
             members[m++] = q;
     snprintf(what, sizeof(what), "split color=rank%%3 key=-rank (color %d)", r % 3);
-    if (s1 == NULL)
-        FAIL("%s: parent rank %d got NULL", what, r);
-    else
-        check_part(what, s1, r, members, m);
+    check_part(what, s1, r, members, m);
 
     /* Split 2: ranks 0 and 5 opt out; the others by parity, key 0 (ties keep parent order). */
     chorusComm_t s2 = (chorusComm_t)&members; /* must be overwritten */
     int out = r == 0 || r == 5;
-    CHECK_OK(chorusCommSplit(a->comm, out ? CHORUS_SPLIT_NOCOLOR : r % 2, 0, &s2, NULL));
+    CHECK_OK(chorusCommSplit(comm, out ? CHORUS_SPLIT_NOCOLOR : r % 2, 0, &s2, NULL));
     if (out) {
         if (s2 != NULL)
             FAIL("parent rank %d split with CHORUS_SPLIT_NOCOLOR got a communicator", r);
@@ -123,10 +99,7 @@ static void *rank_thread(void *p)
             if (q != 0 && q != 5 && q % 2 == r % 2)
                 members[m++] = q;
         snprintf(what, sizeof(what), "split with NOCOLOR for 0 and 5 (color %d)", r % 2);
-        if (s2 == NULL)
-            FAIL("%s: parent rank %d got NULL", what, r);
-        else
-            check_part(what, s2, r, members, m);
+        check_part(what, s2, r, members, m);
     }
 
     /* Split 3: split 1's parts split again by their new rank's parity, with a config. */
@@ -146,21 +119,15 @@ static void *rank_thread(void *p)
         for (int i = r1 % 2; i < na; i += 2)
             members[m++] = all[i];
         snprintf(what, sizeof(what), "split of a split (color %d, parity %d)", r % 3, r1 % 2);
-        if (s3 == NULL)
-            FAIL("%s: parent rank %d got NULL", what, r);
-        else
-            check_part(what, s3, r, members, m);
+        check_part(what, s3, r, members, m);
     }
 
     /* Split 4: one color, key 0 for all: the parent's ranks in the parent's order. */
     chorusComm_t s4 = NULL;
-    CHECK_OK(chorusCommSplit(a->comm, 7, 0, &s4, NULL));
+    CHECK_OK(chorusCommSplit(comm, 7, 0, &s4, NULL));
     for (int q = 0; q < N; q++)
         members[q] = q;
-    if (s4 == NULL)
-        FAIL("split into one color: parent rank %d got NULL", r);
-    else
-        check_part("split into one color, key 0", s4, r, members, N);
+    check_part("split into one color, key 0", s4, r, members, N);
 
     /* The parent still works, after children are destroyed too. */
     if (s3)
@@ -173,8 +140,7 @@ static void *rank_thread(void *p)
         CHECK_OK(chorusCommDestroy(s4));
     for (int q = 0; q < N; q++)
         members[q] = q;
-    check_part("the parent after the splits", a->comm, r, members, N);
-    return NULL;
+    check_part("the parent after the splits", comm, r, members, N);
 }
 
 int main(void)
@@ -182,26 +148,11 @@ int main(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("test_split: chorusCommSplit on %d thread ranks\n", N);
     chorusComm_t comms[N];
-    chorusResult_t res = chorusCommInitAll(comms, N, NULL);
-    if (res != chorusSuccess) {
-        printf("FAIL chorusCommInitAll: %s: %s\n", chorusGetErrorString(res),
-               chorusGetLastError(NULL));
+    if (harness_init_all(comms, N) != 0 || harness_run_ranks(comms, N, rank_thread) != 0)
         return 1;
-    }
-    pthread_t threads[N];
-    rank_arg_t args[N];
-    for (int i = 0; i < N; i++) {
-        args[i] = (rank_arg_t){comms[i], i};
-        pthread_create(&threads[i], NULL, rank_thread, &args[i]);
-    }
-    for (int i = 0; i < N; i++)
-        pthread_join(threads[i], NULL);
-    for (int i = 0; i < N; i++)
-        CHECK_OK(chorusCommDestroy(comms[i]));
-    printf("%s split by rank%%3 with reversed keys (sizes 3,3,2), NOCOLOR gives NULL, ties keep "
-           "parent order, split of a split, one-color split; rank/count, all-reduce and "
-           "broadcast in every part; the parent still works\n",
-           failures ? "FAIL" : "PASS");
-    printf("%s test_split\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    harness_destroy_all(comms, N);
+    harness_report(0, "split by rank%%3 with reversed keys (sizes 3,3,2), NOCOLOR gives NULL, "
+                      "ties keep parent order, split of a split, one-color split; rank/count, "
+                      "all-reduce and broadcast in every part; the parent still works");
+    return harness_finish("test_split");
 }

@@ -17,50 +17,17 @@
  *   test_stream N     N thread ranks (default 4)
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chorus.h"
+#include "harness.h"
 
 #define NCALLS 200
 
-static long failures;
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (__atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED) < 20) {                             \
-            char msg_[512];                                                                        \
-            snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                             \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, msg_);                                  \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_OK(call)                                                                             \
-    do {                                                                                           \
-        chorusResult_t r_ = (call);                                                                \
-        if (r_ != chorusSuccess)                                                                   \
-            FAIL("%s returned %d (%s): %s", #call, (int)r_, chorusGetErrorString(r_),              \
-                 chorusGetLastError(NULL));                                                        \
-    } while (0)
-
-#define CHECK_RES(call, want)                                                                      \
-    do {                                                                                           \
-        chorusResult_t r_ = (call);                                                                \
-        if (r_ != (want))                                                                          \
-            FAIL("%s returned %d (%s), want %d", #call, (int)r_, chorusGetErrorString(r_),         \
-                 (int)(want));                                                                     \
-    } while (0)
-
 /* ---- typed element access: every value used is an integer exact in every dtype used ---- */
-
-static size_t esize(chorusDataType_t t)
-{
-    return t == chorusInt32 || t == chorusFloat32 ? 4 : 8;
-}
 
 static void put(void *buf, chorusDataType_t t, size_t i, int64_t v)
 {
@@ -135,7 +102,7 @@ static void call_setup(call_t *c, int j, int r, int n)
     c->t = types[(j / 6) % 4];
     c->count = counts[(j / 3) % 4];
     c->root = j % n;
-    size_t es = esize(c->t), ns = c->count, nr = c->count;
+    size_t es = harness_dtype_nbytes(c->t), ns = c->count, nr = c->count;
     if (c->kind == K_ALLGATHER)
         nr = c->count * n;
     if (c->kind == K_REDUCESCATTER)
@@ -214,21 +181,17 @@ static int call_check(const call_t *c, int j, int r, int n)
 #define PING_COUNT 4099
 #define RING_COUNT 100003
 
-typedef struct rank_arg {
-    chorusComm_t comm;
-    int rank, nranks;
-    int saw_in_progress;
-} rank_arg_t;
+#define MAX_RANKS 64
 
-static void *rank_thread(void *p)
+/* Rank r saw chorusStreamQuery answer chorusInProgress while its calls were queued. */
+static int saw_in_progress[MAX_RANKS];
+
+static void rank_thread(chorusComm_t comm, int r, int n)
 {
-    rank_arg_t *a = p;
-    int r = a->rank, n = a->nranks;
-    chorusComm_t comm = a->comm;
     chorusStream_t s = NULL;
     CHECK_OK(chorusStreamCreate(&s));
     if (s == NULL)
-        return NULL;
+        return;
 
     /* Chain A, in place, uint32: x -> sum over ranks (= n x), then x -> prod over ranks (= x^n),
      * alternating. Any two steps swapped give a different value. */
@@ -269,7 +232,7 @@ static void *rank_thread(void *p)
         }
         chorusResult_t q = chorusStreamQuery(s);
         if (q == chorusInProgress)
-            a->saw_in_progress = 1;
+            saw_in_progress[r] = 1;
         else if (q != chorusSuccess)
             FAIL("rank %d: chorusStreamQuery while calls are queued returned %d (%s)", r, (int)q,
                  chorusGetErrorString(q));
@@ -377,13 +340,12 @@ static void *rank_thread(void *p)
     free(ping[0]);
     free(ping[1]);
     free(ring_s);
-    return NULL;
 }
 
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 4;
-    if (n < 1 || n > 64) {
+    if (n < 1 || n > MAX_RANKS) {
         printf("usage: test_stream NRANKS (1..64)\n");
         return 1;
     }
@@ -392,50 +354,31 @@ int main(int argc, char **argv)
            NCALLS);
     CHECK_RES(chorusStreamCreate(NULL), chorusInvalidArgument);
     chorusComm_t *comms = calloc(n, sizeof(chorusComm_t));
-    chorusResult_t res = chorusCommInitAll(comms, n, NULL);
-    if (res != chorusSuccess) {
-        printf("FAIL chorusCommInitAll(%d): %s: %s\n", n, chorusGetErrorString(res),
-               chorusGetLastError(NULL));
+    if (harness_init_all(comms, n) != 0 || harness_run_ranks(comms, n, rank_thread) != 0)
         return 1;
-    }
-    pthread_t *threads = calloc(n, sizeof(pthread_t));
-    rank_arg_t *args = calloc(n, sizeof(rank_arg_t));
-    for (int i = 0; i < n; i++) {
-        args[i] = (rank_arg_t){comms[i], i, n, 0};
-        if (pthread_create(&threads[i], NULL, rank_thread, &args[i]) != 0) {
-            printf("FAIL pthread_create\n");
-            return 1;
-        }
-    }
     int in_progress = 0;
-    for (int i = 0; i < n; i++) {
-        pthread_join(threads[i], NULL);
-        in_progress += args[i].saw_in_progress;
-    }
-    printf("%s %d queued calls per rank (2 dependency chains, grouped rings, 6 collectives x 4 "
-           "dtypes x 4 counts) ran in order; chorusStreamQuery said InProgress on %d of %d ranks "
-           "while queued, Success after chorusStreamSynchronize\n",
-           failures ? "FAIL" : "PASS", NCALLS, in_progress, n);
-    printf("%s NULL-stream calls complete on return; queued work survives chorusStreamDestroy; "
-           "bogus streams are refused with chorusInvalidArgument\n",
-           failures ? "FAIL" : "PASS");
+    for (int i = 0; i < n; i++)
+        in_progress += saw_in_progress[i];
+    harness_report(0,
+                   "%d queued calls per rank (2 dependency chains, grouped rings, 6 "
+                   "collectives x 4 dtypes x 4 counts) ran in order; chorusStreamQuery said "
+                   "InProgress on %d of %d ranks while queued, Success after "
+                   "chorusStreamSynchronize",
+                   NCALLS, in_progress, n);
+    harness_report(0, "NULL-stream calls complete on return; queued work survives "
+                      "chorusStreamDestroy; bogus streams are refused with chorusInvalidArgument");
 
     /* A destroyed stream is no longer accepted (no other stream exists now, so its address
      * cannot have been reused by a live one). */
-    long before = failures;
+    long before = harness_failures;
     chorusStream_t dead = NULL;
     CHECK_OK(chorusStreamCreate(&dead));
     CHECK_OK(chorusStreamDestroy(dead));
     CHECK_RES(chorusStreamQuery(dead), chorusInvalidArgument);
     CHECK_RES(chorusStreamSynchronize(dead), chorusInvalidArgument);
     CHECK_RES(chorusStreamDestroy(dead), chorusInvalidArgument);
-    printf("%s a destroyed stream is refused with chorusInvalidArgument\n",
-           failures == before ? "PASS" : "FAIL");
-    for (int i = 0; i < n; i++)
-        CHECK_OK(chorusCommDestroy(comms[i]));
+    harness_report(before, "a destroyed stream is refused with chorusInvalidArgument");
+    harness_destroy_all(comms, n);
     free(comms);
-    free(threads);
-    free(args);
-    printf("%s test_stream %d ranks\n", failures ? "FAIL" : "PASS", n);
-    return failures ? 1 : 0;
+    return harness_finish("test_stream %d ranks", n);
 }

@@ -25,34 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "chorus.h"
+#include "harness.h"
 
 #define ID_MAGIC 0x43484f5255530001ull
 #define NIDS 64
 #define NRANKS 3
-
-static long failures;
-
-#define FAIL(...)                                                                                  \
-    do {                                                                                           \
-        if (__atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED) < 20) {                             \
-            char msg_[512];                                                                        \
-            snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                             \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, msg_);                                  \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
-
-#define CHECK_OK(call)                                                                             \
-    do {                                                                                           \
-        chorusResult_t r_ = (call);                                                                \
-        if (r_ != chorusSuccess)                                                                   \
-            FAIL("%s returned %d (%s): %s", #call, (int)r_, chorusGetErrorString(r_),              \
-                 chorusGetLastError(NULL));                                                        \
-    } while (0)
 
 /* The documented layout of the id's first bytes and of the root hello (both packed). */
 typedef union addr {
@@ -87,18 +67,11 @@ static id_head_t id_head(const chorusUniqueId *id)
     return h;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---- 1. distinct ids ---- */
 
 static void distinct_ids(void)
 {
-    long before = failures;
+    long before = harness_failures;
     chorusUniqueId *ids = calloc(NIDS, sizeof(chorusUniqueId));
     for (int i = 0; i < NIDS; i++)
         CHECK_OK(chorusGetUniqueId(&ids[i]));
@@ -122,9 +95,10 @@ static void distinct_ids(void)
         }
     }
     free(ids);
-    printf("%s %d chorusGetUniqueId calls give %d distinct ids (bytes and secrets), each with "
-           "the magic and a root port\n",
-           failures == before ? "PASS" : "FAIL", NIDS, NIDS);
+    harness_report(before,
+                   "%d chorusGetUniqueId calls give %d distinct ids (bytes and secrets), "
+                   "each with the magic and a root port",
+                   NIDS, NIDS);
 }
 
 /* ---- a job of NRANKS thread ranks on an id ---- */
@@ -187,7 +161,7 @@ static void send_all(int fd, const void *buf, size_t nbytes)
 static void expect_closed(int fd, const char *what, double deadline_s)
 {
     for (;;) {
-        double left = deadline_s - now_s();
+        double left = deadline_s - harness_now_s();
         if (left <= 0) {
             FAIL("rogue connection (%s) still open at the deadline", what);
             return;
@@ -206,7 +180,7 @@ static void expect_closed(int fd, const char *what, double deadline_s)
 
 static void rogue_connections(void)
 {
-    long before = failures;
+    long before = harness_failures;
     chorusUniqueId id;
     CHECK_OK(chorusGetUniqueId(&id));
     id_head_t h = id_head(&id);
@@ -249,22 +223,22 @@ static void rogue_connections(void)
     }
     for (int r = 0; r < NRANKS; r++)
         pthread_join(threads[r], NULL);
-    double deadline = now_s() + 30;
+    double deadline = harness_now_s() + 30;
     for (int k = 0; k < NROGUE; k++)
         if (fds[k] >= 0) {
             expect_closed(fds[k], names[k], deadline);
             close(fds[k]);
         }
-    printf("%s the root closes rogue connections (wrong secret, rank out of range, garbage, short "
-           "hello, silent) and 3 ranks still join and all-reduce exactly\n",
-           failures == before ? "PASS" : "FAIL");
+    harness_report(before, "the root closes rogue connections (wrong secret, rank out of range, "
+                           "garbage, short hello, silent) and 3 ranks still join and all-reduce "
+                           "exactly");
 }
 
 /* ---- 3. a tampered id ---- */
 
 static void tampered(void)
 {
-    long before = failures;
+    long before = harness_failures;
     chorusUniqueId id;
     CHECK_OK(chorusGetUniqueId(&id));
     job_rank_t ranks[NRANKS];
@@ -280,9 +254,9 @@ static void tampered(void)
     chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
     cfg.timeoutMs = 1000;
     chorusComm_t comm = NULL;
-    double t0 = now_s();
+    double t0 = harness_now_s();
     chorusResult_t res = chorusCommInitRankConfig(&comm, NRANKS, bad, 1, &cfg);
-    double dt = now_s() - t0;
+    double dt = harness_now_s() - t0;
     if (res == chorusSuccess) {
         FAIL("init with a tampered secret succeeded");
         chorusCommDestroy(comm);
@@ -314,10 +288,10 @@ static void tampered(void)
         memset(&a, 0, sizeof(a));
         a.sin = sin;
         memcpy(dead.internal + offsetof(id_head_t, root), &a, sizeof(a));
-        t0 = now_s();
+        t0 = harness_now_s();
         comm = NULL;
         res = chorusCommInitRankConfig(&comm, 2, dead, 1, &cfg);
-        dt = now_s() - t0;
+        dt = harness_now_s() - t0;
         if (res == chorusSuccess) {
             FAIL("init against a closed root port succeeded");
             chorusCommDestroy(comm);
@@ -329,9 +303,9 @@ static void tampered(void)
     }
     if (fd >= 0)
         close(fd);
-    printf("%s an id with a flipped secret fails init in bounded time (timeoutMs 1000) while the "
-           "real ranks complete; an id whose root is gone fails the same way\n",
-           failures == before ? "PASS" : "FAIL");
+    harness_report(before, "an id with a flipped secret fails init in bounded time (timeoutMs "
+                           "1000) while the real ranks complete; an id whose root is gone fails "
+                           "the same way");
 }
 
 int main(void)
@@ -341,6 +315,5 @@ int main(void)
     distinct_ids();
     rogue_connections();
     tampered();
-    printf("%s test_uniqueid\n", failures ? "FAIL" : "PASS");
-    return failures ? 1 : 0;
+    return harness_finish("test_uniqueid");
 }
