@@ -45,7 +45,9 @@ void sampler_batch(const int *perm, int global_batch, int nranks, int rank, int 
 
 /* ---- model.c: a BatchNorm MLP: [Linear -> BN -> ReLU] x hidden layers -> Linear ---- */
 
-/* Sum in place across ranks (count floats): SyncBatchNorm's hook. NULL: statistics stay local. */
+/* Sum in place across ranks (count floats): SyncBatchNorm's hook. NULL: statistics stay local.
+ * Every rank calls it equally often (also with batch 0). Nonzero return: the model prints the
+ * reason and exits, since ranks would continue with different statistics. */
 typedef int (*allreduce_fn_t)(float *buf, int count, void *ctx);
 
 typedef struct layer {
@@ -64,12 +66,16 @@ typedef struct layer {
 typedef struct model {
     int nlayers;
     layer_t *layers;
-    float *params, *grads; /* one flat buffer each: gradient buckets are slices of grads */
+    /* one flat buffer each: gradient buckets are slices of grads. Order: layer 0's w b gamma beta,
+     * then layer 1's, ...: the last layer's come last, so backward finishes the end first. */
+    float *params, *grads;
     size_t nparams;
     float *buffers; /* running means and variances, flat */
     size_t nbuffers;
     int max_batch;
     float bn_momentum, bn_eps;
+    int bn_count; /* BN's sample count (all ranks) in the last training forward */
+    float *work; /* scratch: backward's gradient ping-pong and the SyncBN sums */
 } model_t;
 
 /* sizes: {784, 256, 256, 10}: nsizes-1 layers, BN+ReLU after each but the last. Weights from
@@ -78,16 +84,18 @@ int model_init(model_t *m, const int *sizes, int nsizes, int max_batch, uint64_t
 void model_free(model_t *m);
 /* Forward on x [batch][in] to logits [batch][classes]. train: batch statistics (all-reduced
  * through sync when non-NULL, global_batch = total samples across ranks) and running-stat
- * updates; else running statistics. */
+ * updates; else running statistics. batch <= max_batch. Either overwrites the activations
+ * backward uses. */
 void model_forward(model_t *m, const float *x, int batch, int train, allreduce_fn_t sync,
                    void *sync_ctx, float *logits);
 /* Softmax cross-entropy: returns the summed loss over the batch, writes dlogits = d(sum loss)/d
  * logits scaled by 1/scale (scale = the global batch, so gradients are of the global mean). */
 float model_loss(const float *logits, const uint8_t *y, int batch, int classes, float scale,
                  float *dlogits, int *correct);
-/* Backward from dlogits; accumulates into grads (call model_zero_grad first). on_layer_done, when
- * set, is called with the layer index as soon as that layer's gradients are final (last layer
- * first): the trainer starts that bucket's all-reduce there. */
+/* Backward from dlogits, after a training forward of the same batch; accumulates into grads (call
+ * model_zero_grad first). on_layer_done, when set, is called with the layer index as soon as that
+ * layer's gradients are final (last layer first): the trainer starts that bucket's all-reduce
+ * there. sync as in the forward: one call per BN layer with [sum dy, sum dy*xhat]. */
 void model_backward(model_t *m, const float *x, const float *dlogits, int batch,
                     allreduce_fn_t sync, void *sync_ctx, void (*on_layer_done)(int, void *),
                     void *done_ctx);
@@ -103,12 +111,46 @@ typedef struct optim {
     float *m, *v; /* state: SGD uses m as the momentum buffer */
     int64_t t; /* steps taken */
 } optim_t;
+/* Zeroed state and defaults the caller may override: SGD lr 0.1, momentum 0.9, weight_decay 0;
+ * AdamW lr 1e-3, betas 0.9/0.999, eps 1e-8, weight_decay 0.01. optim_step uses its lr argument. */
 int optim_init(optim_t *o, opt_kind_t kind, size_t n);
 void optim_free(optim_t *o);
 void optim_step(optim_t *o, float *params, const float *grads, float lr);
 /* Linear warmup over warmup_steps from 0 to base, then cosine decay to 0 at total_steps. */
 float lr_at(float base, int64_t step, int64_t warmup_steps, int64_t total_steps);
-/* base_lr scaled for global_batch against ref_batch: "none", "linear", "sqrt". */
+/* base_lr scaled for global_batch against ref_batch: "none", "linear", "sqrt"; -1 for another
+ * rule or a batch <= 0. */
 float lr_scaled(float base_lr, const char *rule, int global_batch, int ref_batch);
+
+/* ---- model.c's layer kernels, used by model_forward/backward and tested alone ---- */
+
+/* z[batch][out] = x[batch][in] w^T + b (cblas_sgemm). */
+void linear_forward(const float *x, const float *w, const float *b, int batch, int in, int out,
+                    float *z);
+/* dw += dz^T x, db += column sums of dz. */
+void linear_backward_params(const float *x, const float *dz, int batch, int in, int out, float *dw,
+                            float *db);
+/* dx[batch][in] = dz[batch][out] w. */
+void linear_backward_input(const float *dz, const float *w, int batch, int in, int out, float *dx);
+/* BatchNorm1d, training: statistics of z[batch][c] from [sum z, sum z^2, count] (2c+1 floats in
+ * stats), all-reduced through sync in one call when non-NULL; writes mean, invstd, xhat and y =
+ * gamma xhat + beta, updates run_mean/run_var (unbiased variance) by momentum. Returns the count
+ * over all ranks. y may alias z. */
+int bn_forward_train(const float *z, int batch, int c, const float *gamma, const float *beta,
+                     float momentum, float eps, float *run_mean, float *run_var,
+                     allreduce_fn_t sync, void *sync_ctx, float *stats, float *mean, float *invstd,
+                     float *xhat, float *y);
+/* BatchNorm1d, evaluation: running statistics. y may alias z. */
+void bn_forward_eval(const float *z, int batch, int c, const float *gamma, const float *beta,
+                     const float *run_mean, const float *run_var, float eps, float *xhat, float *y);
+/* BatchNorm1d backward from dy: dgamma += sum dy xhat, dbeta += sum dy (this rank's samples
+ * only); [sum dy, sum dy xhat] (2c floats in sums) all-reduced through sync in one call; dz from
+ * the global sums divided by count (bn_forward_train's return). dz may alias dy. */
+void bn_backward(const float *dy, const float *xhat, const float *gamma, const float *invstd,
+                 int batch, int c, int count, allreduce_fn_t sync, void *sync_ctx, float *sums,
+                 float *dgamma, float *dbeta, float *dz);
+/* a = max(y, 0); da -> dy = da where a > 0, else 0. Both may work in place. */
+void relu_forward(const float *y, size_t n, float *a);
+void relu_backward(const float *a, const float *da, size_t n, float *dy);
 
 #endif /* CHORUS_TRAIN_NN_H */
