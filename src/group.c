@@ -72,13 +72,13 @@ chorusResult_t chorusGroupEnd(void)
     int nops = group_nops;
     group_ops = NULL;
     group_nops = group_cap = 0;
-    if (nops == 0) {
+    if (nops <= 0) {
         free(ops);
         return chorusSuccess;
     }
     /* Partition by (comm, stream), keeping each partition in issue order. */
-    part_t *parts = calloc(nops, sizeof(part_t));
-    comm_op_t *sorted = malloc(sizeof(comm_op_t) * nops);
+    part_t *parts = calloc((size_t)nops, sizeof(part_t));
+    comm_op_t *sorted = malloc(sizeof(comm_op_t) * (size_t)nops);
     if (parts == NULL || sorted == NULL) {
         free(parts);
         free(sorted);
@@ -107,8 +107,8 @@ chorusResult_t chorusGroupEnd(void)
     int nblocking = 0;
     for (int p = 0; p < nparts; p++)
         nblocking += parts[p].stream == NULL;
-    pthread_t *threads = calloc(nparts, sizeof(pthread_t));
-    char *started = calloc(nparts, 1);
+    pthread_t *threads = calloc((size_t)nops, sizeof(pthread_t)); /* nparts <= nops */
+    char *started = calloc((size_t)nops, 1);
     for (int p = 0; p < nparts && threads && started; p++) {
         if (parts[p].stream != NULL) {
             chorusResult_t r = stream_enqueue(parts[p].stream, parts[p].ops, parts[p].n);
