@@ -10,6 +10,7 @@ packages=(
     libhwloc-dev                      # topology (required by the library)
     openmpi-bin libopenmpi-dev        # mpirun, chorus_mpi.h, perftests' MPI comparison
     libopenblas-dev zlib1g-dev        # trainer: matrix products, gzip'd IDX files
+    gnuplot-nox                       # trainer/plot: loss and accuracy curves as PNG
     iproute2                          # `ip`, used by the interface-selection tests
     clang-format                      # formatting check in scripts/test.sh
 )
