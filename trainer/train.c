@@ -703,8 +703,9 @@ int main(int argc, char **argv)
     if (rank == 0) {
         printf("comm: backend=%s overlap=%s buckets=%d bucket_bytes=%zu grad_allreduces=%lld "
                "wait_share=%.1f%% (gradients %.1f%%, syncbn %.1f%%)\n",
-               o.backend == DDP_MPI ? "mpi" : "chorus", o.overlap ? "on" : "off", ddp.nbuckets,
-               o.bucket_bytes, (long long)ddp.grad_allreduces, 100.0 * shares[0], 100.0 * shares[1],
+               o.backend == DDP_MPI ? "mpi" : "chorus",
+               o.overlap && o.backend != DDP_MPI ? "on" : "off", ddp.nbuckets, o.bucket_bytes,
+               (long long)ddp.grad_allreduces, 100.0 * shares[0], 100.0 * shares[1],
                100.0 * shares[2]);
         if (!diverged)
             printf("result: test_acc=%.4f test_loss=%.4f epochs=%d steps=%lld ranks=%d "
