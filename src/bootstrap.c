@@ -50,7 +50,7 @@ chorusResult_t boot_init(const boot_id_t *id, int rank, int nranks, const char *
                          int64_t timeout_ms, const volatile uint32_t *abort_flag, boot_t **boot_p)
 {
     chorusResult_t res = chorusSuccess;
-    char str[80];
+    char str[80], str2[80];
     if (id->magic != BOOT_MAGIC)
         return ERR(chorusInvalidArgument, SUB_BOOT,
                    "commId is not a Chorus unique id (bad magic): was it made by "
@@ -78,15 +78,19 @@ chorusResult_t boot_init(const boot_id_t *id, int rank, int nranks, const char *
 
     /* Listen on the same family as the root, on the chosen interface (loopback root: loopback). */
     sock_addr_t mine;
+    char ifname[64] = "lo";
     if (id->root.sa.sa_family == AF_INET && ntohl(id->root.sin.sin_addr.s_addr) >> 24 == 127 &&
         (ifname_spec == NULL || ifname_spec[0] == '\0')) {
         mine = id->root;
         mine.sin.sin_port = 0;
     } else {
-        CHECK_GOTO(sock_pick_addr(ifname_spec, &mine, NULL, 0), res, err_free);
+        CHECK_GOTO(sock_pick_addr(ifname_spec, &mine, ifname, sizeof(ifname)), res, err_free);
     }
     sock_addr_t bound;
     CHECK_GOTO(sock_listen(&mine, &b->listen_fd, &bound), res, err_free);
+    INFO(SUB_BOOT, "rank %d: bootstrap listener on %s (%s); root at %s", rank,
+         sock_addr_str(&bound, str, sizeof(str)), ifname,
+         sock_addr_str(&id->root, str2, sizeof(str2)));
 
     int64_t deadline = fifo_now_ns() + b->timeout_ns;
     int fd;

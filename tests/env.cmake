@@ -9,3 +9,8 @@ chorus_add_test(NAME env_table_in_readme TIMEOUT 30
 chorus_add_test(NAME logging TIMEOUT 60
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/logging.sh $<TARGET_FILE:coll_matrix_threads> --threads 2
           --counts 1)
+
+# CHORUS_SOCKET_IFNAME: prefix, exclusion, exact name, no match.
+chorus_add_test(NAME socket_ifname TIMEOUT 120
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/socket_ifname.sh $<TARGET_FILE:coll_matrix_threads>
+          --threads 2 --counts 1)
