@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness.h"
 #include "memops.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -31,24 +32,6 @@
 /* Test hook in host_reduce.c (not in memops.h): nonzero forces the portable float16/bf16 loops. */
 void host_reduce_force_portable(int on);
 
-static long failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (failures++ < 20) {                                                                 \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
-static void section(const char *what, long before)
-{
-    printf("%s %s\n", failures == before ? "PASS" : "FAIL", what);
-}
-
 static uint32_t fbits(float f)
 {
     uint32_t u;
@@ -61,14 +44,6 @@ static float bitsf(uint32_t u)
     float f;
     memcpy(&f, &u, 4);
     return f;
-}
-
-static uint64_t splitmix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
 }
 
 /* ---- Reference 16-bit float formats ---- */
@@ -162,7 +137,7 @@ static const char *const op_names[] = {"sum", "prod", "max", "min", "avg"};
 
 static void test_names_and_copy(void)
 {
-    long before = failures;
+    long before = harness_failures;
     CHECK(strcmp(host_memops.name, "host") == 0, "name %s", host_memops.name);
     for (size_t t = 0; t < NTYPES; t++) {
         CHECK(dtype_nbytes(types[t].dtype) == types[t].nbytes, "nbytes %s", types[t].name);
@@ -196,7 +171,7 @@ static void test_names_and_copy(void)
     }
     host_memops.copy(src, src, sizeof(src)); /* dst == src: a no-op */
     CHECK(src[1000] == (unsigned char)(1000 * 7 + 3), "copy in place changed data");
-    section("names, sizes, copy (lengths 0/1/7/1031, byte offsets 0-3, dst == src)", before);
+    harness_report(before, "names, sizes, copy (lengths 0/1/7/1031, byte offsets 0-3, dst == src)");
 }
 
 /* ---- Reduce matrix with exact values ---- */
@@ -212,7 +187,7 @@ typedef struct {
 static val_t gen(size_t t, int which, size_t k)
 {
     val_t v = {0, 0, 0};
-    uint64_t r = splitmix(k * 2 + (uint64_t)which + t * 1000003);
+    uint64_t r = harness_splitmix(k * 2 + (uint64_t)which + t * 1000003);
     int bits = (int)types[t].nbytes * 8;
     uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
     static const int64_t extremes[] = {0, 1, -1, 2, INT64_MAX, INT64_MIN};
@@ -294,7 +269,7 @@ enum { MAXCOUNT = 1031, GUARD = 64, BUF = MAXCOUNT * 8 + 2 * GUARD };
 
 static void test_reduce_matrix(void)
 {
-    long before = failures, calls = 0;
+    long before = harness_failures, calls = 0;
     static unsigned char abuf[BUF], bbuf[BUF], dbuf[BUF], want[BUF];
     size_t counts[] = {0, 1, 7, 300, MAXCOUNT};
     /* alias: 0 distinct, 1 dst==a, 2 dst==b, 3 a==b (dst distinct), 4 dst==a==b */
@@ -339,14 +314,15 @@ static void test_reduce_matrix(void)
                     }
     }
     printf("  %ld reduce calls checked\n", calls);
-    section("reduce: 10 dtypes x 5 ops x counts 0/1/7/300/1031 x aliasing x misalignment", before);
+    harness_report(before,
+                   "reduce: 10 dtypes x 5 ops x counts 0/1/7/300/1031 x aliasing x misalignment");
 }
 
 /* ---- Overflow and float min/max corner cases ---- */
 
 static void test_corners(void)
 {
-    long before = failures;
+    long before = harness_failures;
     int8_t a8[] = {127, -128, -128, 100}, b8[] = {1, -1, -128, 100}, d8[4];
     host_memops.reduce(d8, a8, b8, 4, chorusInt8, chorusSum);
     CHECK(d8[0] == -128 && d8[1] == 127 && d8[2] == 0 && d8[3] == -56, "int8 sum wrap");
@@ -365,10 +341,10 @@ static void test_corners(void)
     uint64_t u[] = {UINT64_MAX}, du[1];
     host_memops.reduce(du, u, u, 1, chorusUint64, chorusProd);
     CHECK(du[0] == 1, "uint64 max*max = 1");
-    section("signed sum/prod wrap two's complement (int8/int32/int64 at MIN/MAX)", before);
+    harness_report(before, "signed sum/prod wrap two's complement (int8/int32/int64 at MIN/MAX)");
 
     /* Documented semantics: max = a > b ? a : b, min = a < b ? a : b; a NaN picks b. */
-    before = failures;
+    before = harness_failures;
     float fa[] = {NAN, 1.0f, -0.0f, 0.0f}, fb[] = {1.0f, NAN, 0.0f, -0.0f}, fd[4];
     host_memops.reduce(fd, fa, fb, 4, chorusFloat32, chorusMax);
     CHECK(fd[0] == 1.0f && isnan(fd[1]) && fbits(fd[2]) == 0 && fbits(fd[3]) == 0x80000000u,
@@ -379,14 +355,14 @@ static void test_corners(void)
     double da[] = {NAN, 2.0}, db[] = {2.0, NAN}, dd[2];
     host_memops.reduce(dd, da, db, 2, chorusFloat64, chorusMin);
     CHECK(dd[0] == 2.0 && isnan(dd[1]), "float64 min NaN semantics");
-    section("float max/min: a NaN or an equal zero yields the second operand", before);
+    harness_report(before, "float max/min: a NaN or an equal zero yields the second operand");
 }
 
 /* ---- Conversions ---- */
 
 static void test_conversions(void)
 {
-    long before = failures;
+    long before = harness_failures;
     for (uint32_t h = 0; h < 65536; h++) {
         float f = half_to_float((uint16_t)h);
         uint16_t back = float_to_half(f);
@@ -405,10 +381,10 @@ static void test_conversions(void)
         CHECK(gb == (is_nan16((uint16_t)h, BF16) ? (h | 0x40) : h), "bf16 round trip %04x -> %04x",
               h, gb);
     }
-    section("half and bf16: all 65536 patterns decode exactly and round-trip (NaN stays NaN)",
-            before);
+    harness_report(
+        before, "half and bf16: all 65536 patterns decode exactly and round-trip (NaN stays NaN)");
 
-    before = failures;
+    before = harness_failures;
     static const uint32_t half_cases[][2] = {
         {0x3f801000, 0x3c00}, /* 1 + 2^-11: tie, stays even 1.0 */
         {0x3f803000, 0x3c02}, /* 1 + 3*2^-11: tie, up to even */
@@ -447,18 +423,19 @@ static void test_conversions(void)
         CHECK(b == bf16_cases[i][1], "float_to_bf16(%08x) = %04x, want %04x", bf16_cases[i][0], b,
               bf16_cases[i][1]);
     }
-    section("round-to-nearest-even ties, overflow, subnormals, NaN on hand-picked floats", before);
+    harness_report(before,
+                   "round-to-nearest-even ties, overflow, subnormals, NaN on hand-picked floats");
 
     /* Every sign and exponent, with mantissas that put a tie, near-tie or random bits at every
      * rounding position a half or bf16 result can have. */
-    before = failures;
+    before = harness_failures;
     long swept = 0;
     for (uint32_t se = 0; se < 512; se++) {
         for (uint32_t s = 1; s < 24; s++) {
             uint32_t halfway = 1u << (s - 1), low = (1u << s) - 1;
             uint32_t tails[] = {0, 1, halfway - 1, halfway, halfway + 1, low};
             for (uint32_t k = 0; k < 4; k++) {
-                uint32_t hi = (uint32_t)splitmix(se * 97 + s * 7 + k) << s;
+                uint32_t hi = (uint32_t)harness_splitmix(se * 97 + s * 7 + k) << s;
                 for (int j = 0; j < 6; j++) {
                     uint32_t u = (se << 23) | ((hi | tails[j]) & 0x7fffff);
                     float f = bitsf(u);
@@ -476,14 +453,15 @@ static void test_conversions(void)
         }
     }
     printf("  %ld floats swept\n", swept);
-    section("float_to_half and float_to_bf16 equal the rint reference on the float sweep", before);
+    harness_report(before,
+                   "float_to_half and float_to_bf16 equal the rint reference on the float sweep");
 }
 
 /* ---- float16/bfloat16 reduce and divide over all values, through each conversion path ---- */
 
 static void test_16bit_all_values(const char *path)
 {
-    long before = failures;
+    long before = harness_failures;
     static uint16_t a[65536], b[65536], d[65536];
     for (int is_half = 1; is_half >= 0; is_half--) {
         chorusDataType_t dt = is_half ? chorusFloat16 : chorusBfloat16;
@@ -536,14 +514,14 @@ static void test_16bit_all_values(const char *path)
              "float16/bf16 reduce (5 ops x 8 pairings) and divide (7 divisors, in place too) on "
              "all 65536 values equal the reference, %s path",
              path);
-    section(what, before);
+    harness_report(before, "%s", what);
 }
 
 /* ---- Integer and float divide ---- */
 
 static void test_divide(void)
 {
-    long before = failures;
+    long before = harness_failures;
     /* small values of both signs, and each type's extremes (filtered per type below) */
     static const int64_t sv[] = {0, 1, -1, 7, -7, 100, -100, 127, -128, -3, 3};
     static const int64_t extremes[] = {INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN};
@@ -595,16 +573,16 @@ static void test_divide(void)
             }
         }
     }
-    section("integer divide truncates toward zero (negatives, MIN/MAX, divisors up to 2^64-1, "
-            "in place, misaligned)",
-            before);
+    harness_report(
+        before, "integer divide truncates toward zero (negatives, MIN/MAX, divisors up to 2^64-1, "
+                "in place, misaligned)");
 
-    before = failures;
+    before = harness_failures;
     float f[64], fq[64];
     double g[64], gq[64];
     for (int i = 0; i < 64; i++) {
-        f[i] = (float)(splitmix((uint64_t)i) % 2000001) / 1000.0f - 1000.0f;
-        g[i] = (double)(splitmix((uint64_t)i + 99) % 2000001) / 997.0 - 1000.0;
+        f[i] = (float)(harness_splitmix((uint64_t)i) % 2000001) / 1000.0f - 1000.0f;
+        g[i] = (double)(harness_splitmix((uint64_t)i + 99) % 2000001) / 997.0 - 1000.0;
     }
     uint64_t dv[] = {1, 3, 7, 10, 1u << 20};
     for (int k = 0; k < 5; k++) {
@@ -631,7 +609,7 @@ static void test_divide(void)
     host_memops.divide(keep, keep, 2, chorusInt32, 0);
     CHECK(keep[0] == 5 && keep[1] == -5 && copied[0] == 5 && copied[1] == -5,
           "int32 divide by 0 leaves values (in place and copied)");
-    section("float32/float64 divide in their own precision; divisor 0", before);
+    harness_report(before, "float32/float64 divide in their own precision; divisor 0");
 }
 
 /* ---- F16C hardware against the portable conversions ---- */
@@ -694,12 +672,12 @@ int main(int argc, char **argv)
     test_16bit_all_values("forced portable");
     host_reduce_force_portable(0);
     if (f16c) {
-        long before = failures;
+        long before = harness_failures;
         f16c_compare(exhaustive);
-        section(exhaustive
-                    ? "F16C equals the portable conversions on all halves and all 2^32 floats"
-                    : "F16C equals the portable conversions on all halves and a float sweep",
-                before);
+        harness_report(
+            before, exhaustive
+                        ? "F16C equals the portable conversions on all halves and all 2^32 floats"
+                        : "F16C equals the portable conversions on all halves and a float sweep");
     } else {
         printf("SKIP F16C comparison: this CPU has no F16C (portable path tested above)\n");
     }
@@ -708,6 +686,5 @@ int main(int argc, char **argv)
     test_16bit_all_values("portable");
     printf("SKIP F16C comparison: not an x86 build (portable path tested above)\n");
 #endif
-    printf("%s: %ld failed checks\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    return harness_finish("%ld failed checks", harness_failures);
 }

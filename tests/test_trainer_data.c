@@ -20,25 +20,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "harness.h"
 #include "nn.h"
-
-static long failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (failures++ < 20) {                                                                 \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
-static void section(const char *what, long before)
-{
-    printf("%s %s\n", failures == before ? "PASS" : "FAIL", what);
-}
 
 static char dir[256];
 
@@ -97,7 +80,7 @@ static void expect_error(const char *prefix, const char *kind, const char *what)
 
 static void test_files(void)
 {
-    long before = failures;
+    long before = harness_failures;
     const uint8_t good[3] = {0, 9, 5}, bad[3] = {0, 12, 5};
 
     write_images("good", 0x803, 3, 12);
@@ -162,8 +145,9 @@ static void test_files(void)
     expect_error("cut", "images-idx3-ubyte", "truncated");
     free(big);
     free(gz);
-    section("IDX files: a good pair loads and normalises; every fault names the file and says what",
-            before);
+    harness_report(
+        before,
+        "IDX files: a good pair loads and normalises; every fault names the file and says what");
 }
 
 static void test_real(void)
@@ -175,7 +159,7 @@ static void test_real(void)
                probe);
         return;
     }
-    long before = failures;
+    long before = harness_failures;
     dataset_t tr, te;
     CHECK(data_load(DATA_DIR_DEFAULT, "train", &tr, err, sizeof(err)) == 0, "train: %s", err);
     CHECK(data_load(DATA_DIR_DEFAULT, "t10k", &te, err, sizeof(err)) == 0, "t10k: %s", err);
@@ -201,8 +185,8 @@ static void test_real(void)
     }
     data_free(&tr);
     data_free(&te);
-    section("real Fashion-MNIST: 60000 + 10000 examples, balanced, normalised to mean 0 std 1",
-            before);
+    harness_report(
+        before, "real Fashion-MNIST: 60000 + 10000 examples, balanced, normalised to mean 0 std 1");
 }
 
 static void cleanup(void)
@@ -230,6 +214,5 @@ int main(void)
     test_files();
     cleanup();
     test_real();
-    printf("%s: %ld failures\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    return harness_finish("%ld failures", harness_failures);
 }

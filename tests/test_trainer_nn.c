@@ -22,61 +22,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness.h"
 #include "nn.h"
-
-static long failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (failures++ < 20) {                                                                 \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
-static void section(const char *what, long before)
-{
-    printf("%s %s\n", failures == before ? "PASS" : "FAIL", what);
-}
 
 /* ---- deterministic test data ---- */
 
 static uint64_t rng = 12345;
 
-static double uniform01(void)
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
-
 /* Uniform in [lo, hi) on the 2^-12 grid: x +- h and x +- 2h stay exact for h = 2^-k, k <= 12. */
 static void fill(float *v, size_t n, double lo, double hi)
 {
     for (size_t i = 0; i < n; i++)
-        v[i] = (float)(round((lo + (hi - lo) * uniform01()) * 4096.0) / 4096.0);
+        v[i] = (float)(round((lo + (hi - lo) * harness_uniform01(&rng)) * 4096.0) / 4096.0);
 }
 
 static void fill_int(float *v, size_t n, int lo, int hi)
 {
     for (size_t i = 0; i < n; i++)
-        v[i] = (float)(lo + (int)floor((hi - lo + 1) * uniform01()));
-}
-
-static int close_to(double got, double want, double tol)
-{
-    return fabs(got - want) <= tol * fmax(1.0, fabs(want));
+        v[i] = (float)(lo + (int)floor((hi - lo + 1) * harness_uniform01(&rng)));
 }
 
 /* ---- Linear: sgemm against plain loops, bit for bit ---- */
 
 static void test_linear_exact(void)
 {
-    long before = failures;
+    long before = harness_failures;
     enum { B = 5, IN = 7, OUT = 3 };
     float x[B * IN], w[OUT * IN], b[OUT], z[B * OUT], dz[B * OUT], dw[OUT * IN], db[OUT];
     float dw0[OUT * IN], db0[OUT], dx[B * IN];
@@ -125,15 +95,15 @@ static void test_linear_exact(void)
     linear_backward_params(x, dz, 0, IN, OUT, dw, db);
     CHECK(memcmp(zs, z, sizeof(z)) == 0 && memcmp(dws, dw, sizeof(dw)) == 0,
           "batch 0 wrote something");
-    section("linear: cblas_sgemm forward, dw/db accumulation and dx equal plain loops exactly",
-            before);
+    harness_report(
+        before, "linear: cblas_sgemm forward, dw/db accumulation and dx equal plain loops exactly");
 }
 
 /* ---- BatchNorm forward against its definition ---- */
 
 static void test_bn_forward(void)
 {
-    long before = failures;
+    long before = harness_failures;
     enum { B = 9, C = 5 };
     float z[B * C], gamma[C], beta[C], y[B * C], xhat[B * C], stats[2 * C + 1];
     float mean[C], invstd[C], rm[C], rv[C], ye[B * C], xe[B * C];
@@ -155,21 +125,24 @@ static void test_bn_forward(void)
         v /= B; /* biased, to normalise */
         for (int r = 0; r < B; r++) {
             double want = gamma[j] * (z[r * C + j] - m) / sqrt(v + 1e-5) + beta[j];
-            CHECK(close_to(y[r * C + j], want, 1e-5), "y[%d][%d] = %.8g, want %.8g", r, j,
+            CHECK(harness_close(y[r * C + j], want, 1e-5), "y[%d][%d] = %.8g, want %.8g", r, j,
                   y[r * C + j], want);
         }
-        CHECK(close_to(rm[j], 0.1 * m, 1e-6), "run_mean[%d] = %.8g, want %.8g", j, rm[j], 0.1 * m);
+        CHECK(harness_close(rm[j], 0.1 * m, 1e-6), "run_mean[%d] = %.8g, want %.8g", j, rm[j],
+              0.1 * m);
         double rv_want = 0.9 + 0.1 * v * B / (B - 1); /* unbiased, like PyTorch */
-        CHECK(close_to(rv[j], rv_want, 1e-6), "run_var[%d] = %.8g, want %.8g", j, rv[j], rv_want);
+        CHECK(harness_close(rv[j], rv_want, 1e-6), "run_var[%d] = %.8g, want %.8g", j, rv[j],
+              rv_want);
     }
     bn_forward_eval(z, B, C, gamma, beta, rm, rv, 1e-5f, xe, ye);
     for (int r = 0; r < B; r++)
         for (int j = 0; j < C; j++) {
             double want = gamma[j] * (z[r * C + j] - rm[j]) / sqrt(rv[j] + 1e-5) + beta[j];
-            CHECK(close_to(ye[r * C + j], want, 1e-6), "eval y[%d][%d] = %.8g, want %.8g", r, j,
-                  ye[r * C + j], want);
+            CHECK(harness_close(ye[r * C + j], want, 1e-6), "eval y[%d][%d] = %.8g, want %.8g", r,
+                  j, ye[r * C + j], want);
         }
-    section("batchnorm forward: batch statistics, PyTorch running statistics, eval mode", before);
+    harness_report(before,
+                   "batchnorm forward: batch statistics, PyTorch running statistics, eval mode");
 }
 
 /* ---- finite differences ---- */
@@ -285,7 +258,7 @@ static double model_mean_loss(void *p)
 
 static void test_finite_differences(void)
 {
-    long before = failures;
+    long before = harness_failures;
     const float h = 0x1p-7f;
 
     lin_ctx_t *lc = calloc(1, sizeof(*lc));
@@ -357,35 +330,37 @@ static void test_finite_differences(void)
              1e-4, 2e-3);
     model_free(&mc->m);
     free(mc);
-    section("backward of linear, batchnorm, relu, cross-entropy, whole model = finite differences",
-            before);
+    harness_report(
+        before,
+        "backward of linear, batchnorm, relu, cross-entropy, whole model = finite differences");
 }
 
 static void test_cross_entropy(void)
 {
-    long before = failures;
+    long before = harness_failures;
     enum { B = 3, K = 10 };
     float logits[B * K] = {0}, dl[B * K];
     uint8_t y[B] = {0, 4, 9};
     int correct = -1;
     float loss = model_loss(logits, y, B, K, 4.0f, dl, &correct);
-    CHECK(close_to(loss, B * log(10.0), 1e-6), "zero logits: loss %.8g, want 3 log 10", loss);
+    CHECK(harness_close(loss, B * log(10.0), 1e-6), "zero logits: loss %.8g, want 3 log 10", loss);
     for (int r = 0; r < B; r++)
         for (int k = 0; k < K; k++) {
             double want = (0.1 - (k == y[r])) / 4.0;
-            CHECK(close_to(dl[r * K + k], want, 1e-7), "zero logits: dlogits[%d][%d] = %g", r, k,
-                  dl[r * K + k]);
+            CHECK(harness_close(dl[r * K + k], want, 1e-7), "zero logits: dlogits[%d][%d] = %g", r,
+                  k, dl[r * K + k]);
         }
     /* +-1000: exp would overflow without the log-sum-exp shift. Row 0 right, rows 1-2 wrong. */
     for (int r = 0; r < B; r++)
         for (int k = 0; k < K; k++)
             logits[r * K + k] = k == 0 ? 1000.0f : (k == 1 ? -1000.0f : 0.0f);
     loss = model_loss(logits, y, B, K, 1.0f, dl, &correct);
-    CHECK(isfinite(loss) && close_to(loss, 2000.0, 1e-6), "large logits: loss %.8g, want 2000",
+    CHECK(isfinite(loss) && harness_close(loss, 2000.0, 1e-6), "large logits: loss %.8g, want 2000",
           loss);
     CHECK(correct == 1, "large logits: %d correct, want 1", correct);
     CHECK(dl[0] == 0.0f && dl[K + 0] == 1.0f && dl[K + 4] == -1.0f, "large logits: dlogits");
-    section("cross-entropy: closed form at zero logits, stable at +-1000, correct count", before);
+    harness_report(before,
+                   "cross-entropy: closed form at zero logits, stable at +-1000, correct count");
 }
 
 /* ---- layout, on_layer_done, init ---- */
@@ -414,7 +389,7 @@ static void on_done(int i, void *p)
 
 static void test_layout_and_init(void)
 {
-    long before = failures;
+    long before = harness_failures;
     model_t m;
     CHECK(model_init(&m, msizes, 4, MB, 11) == 0, "model_init");
     size_t off = 0, boff = 0;
@@ -488,7 +463,8 @@ static void test_layout_and_init(void)
     }
     model_free(&a);
     model_free(&b);
-    section("layout: last layer last, on_layer_done last-first with final gradients; init", before);
+    harness_report(before,
+                   "layout: last layer last, on_layer_done last-first with final gradients; init");
 }
 
 int main(void)
@@ -498,6 +474,5 @@ int main(void)
     test_finite_differences();
     test_cross_entropy();
     test_layout_and_init();
-    printf("%s: %ld failures\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    return harness_finish("%ld failures", harness_failures);
 }

@@ -14,34 +14,17 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "harness.h"
 #include "nn.h"
-
-static long failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (failures++ < 20) {                                                                 \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
-static void section(const char *what, long before)
-{
-    printf("%s %s\n", failures == before ? "PASS" : "FAIL", what);
-}
 
 static void near(const char *what, double got, double want)
 {
-    CHECK(fabs(got - want) <= 1e-6 * fmax(1.0, fabs(want)), "%s: %.9g, want %.9g", what, got, want);
+    CHECK(harness_close(got, want, 1e-6), "%s: %.9g, want %.9g", what, got, want);
 }
 
 static void test_sgd(void)
 {
-    long before = failures;
+    long before = harness_failures;
     optim_t o;
     CHECK(optim_init(&o, OPT_SGD, 2) == 0, "optim_init");
     CHECK(o.m[0] == 0 && o.m[1] == 0 && o.t == 0 && o.v == NULL, "fresh SGD state");
@@ -81,12 +64,12 @@ static void test_sgd(void)
     optim_step(&o, &q, &gq, 0.1f);
     near("SGD momentum 0", q, 0.9);
     optim_free(&o);
-    section("SGD with momentum and weight decay: PyTorch's update, by hand", before);
+    harness_report(before, "SGD with momentum and weight decay: PyTorch's update, by hand");
 }
 
 static void test_adamw(void)
 {
-    long before = failures;
+    long before = harness_failures;
     optim_t o;
     CHECK(optim_init(&o, OPT_ADAMW, 3) == 0, "optim_init");
     CHECK(o.v != NULL && o.m[2] == 0 && o.v[2] == 0 && o.t == 0, "fresh AdamW state");
@@ -125,12 +108,12 @@ static void test_adamw(void)
     CHECK(o.m[1] == 0 && o.v[1] == 0 && o.t == 2, "zero gradient left state; t = %lld",
           (long long)o.t);
     optim_free(&o);
-    section("AdamW: decoupled decay, bias-corrected moments, by hand", before);
+    harness_report(before, "AdamW: decoupled decay, bias-corrected moments, by hand");
 }
 
 static void test_schedule(void)
 {
-    long before = failures;
+    long before = harness_failures;
     /* base 0.1, warmup 5, total 105: warmup 0.02 .. 0.1, then cosine over 100 steps. */
     near("lr step 0", lr_at(0.1f, 0, 5, 105), 0.02);
     near("lr step 2", lr_at(0.1f, 2, 5, 105), 0.06);
@@ -158,7 +141,7 @@ static void test_schedule(void)
     near("scale linear down", lr_scaled(0.1f, "linear", 64, 128), 0.05);
     near("scale unknown", lr_scaled(0.1f, "cubic", 512, 128), -1.0);
     near("scale ref 0", lr_scaled(0.1f, "linear", 512, 0), -1.0);
-    section("lr_at: warmup then cosine to 0; lr_scaled: none, linear, sqrt", before);
+    harness_report(before, "lr_at: warmup then cosine to 0; lr_scaled: none, linear, sqrt");
 }
 
 int main(void)
@@ -166,6 +149,5 @@ int main(void)
     test_sgd();
     test_adamw();
     test_schedule();
-    printf("%s: %ld failures\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    return harness_finish("%ld failures", harness_failures);
 }

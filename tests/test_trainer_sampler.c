@@ -18,25 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness.h"
 #include "nn.h"
-
-static long failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (failures++ < 20) {                                                                 \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
-static void section(const char *what, long before)
-{
-    printf("%s %s\n", failures == before ? "PASS" : "FAIL", what);
-}
 
 /* One (n, global_batch, nranks) case over epoch `epoch` of seed. */
 static void check_case(int n, int gb, int nranks, uint64_t seed, int epoch)
@@ -110,21 +93,22 @@ static void check_case(int n, int gb, int nranks, uint64_t seed, int epoch)
 
 static void test_coverage(void)
 {
-    long before = failures;
+    long before = harness_failures;
     const int ns[] = {1, 10, 1000, 60000};
     const int gbs[] = {1, 7, 12, 16, 128};
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 5; b++)
             for (int nr = 1; nr <= 5; nr++)
                 check_case(ns[a], gbs[b], nr, 42, a + nr);
-    section("every index once per epoch plus padding; N-rank step k = 1-rank step k; uneven and "
-            "tiny batches",
-            before);
+    harness_report(
+        before,
+        "every index once per epoch plus padding; N-rank step k = 1-rank step k; uneven and "
+        "tiny batches");
 }
 
 static void test_orders(void)
 {
-    long before = failures;
+    long before = harness_failures;
     enum { N = 1000, GB = 128 };
     int steps = sampler_steps(N, GB);
     size_t total = (size_t)steps * GB;
@@ -146,13 +130,12 @@ static void test_orders(void)
     free(e0);
     free(e1);
     free(s1);
-    section("the order depends on seed and epoch and is shuffled", before);
+    harness_report(before, "the order depends on seed and epoch and is shuffled");
 }
 
 int main(void)
 {
     test_coverage();
     test_orders();
-    printf("%s: %ld failures\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    return harness_finish("%ld failures", harness_failures);
 }

@@ -12,54 +12,23 @@
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chorus.h"
+#include "harness.h"
 #include "nn.h"
-
-static long failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (failures++ < 20) {                                                                 \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
-static void section(const char *what, long before)
-{
-    printf("%s %s\n", failures == before ? "PASS" : "FAIL", what);
-}
 
 /* ---- deterministic test data ---- */
 
 static uint64_t rng = 12345;
 
-static double uniform01(void)
-{
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
-
 /* Uniform in [lo, hi) on the 2^-12 grid. */
 static void fill(float *v, size_t n, double lo, double hi)
 {
     for (size_t i = 0; i < n; i++)
-        v[i] = (float)(round((lo + (hi - lo) * uniform01()) * 4096.0) / 4096.0);
-}
-
-static int close_to(double got, double want, double tol)
-{
-    return fabs(got - want) <= tol * fmax(1.0, fabs(want));
+        v[i] = (float)(round((lo + (hi - lo) * harness_uniform01(&rng)) * 4096.0) / 4096.0);
 }
 
 enum { MCLS = 4 };
@@ -97,10 +66,16 @@ static int hook(float *buf, int count, void *ctx)
            chorusSuccess;
 }
 
-/* One rank's share: the BN kernels on rows lo..lo+cnt, then the whole model on the same rows. */
-static void *srank_main(void *p)
+/* The ranks of the split being run: thread `rank` works on s_ranks[rank]. */
+static srank_t *s_ranks;
+
+/* One rank's share: the BN kernels on rows lo..lo+cnt, then the whole model on the same rows.
+ * comm and nranks are in s_ranks[rank] already (comm NULL for the full batch). */
+static void srank_main(chorusComm_t comm, int rank, int nranks)
 {
-    srank_t *s = p;
+    (void)comm;
+    (void)nranks;
+    srank_t *s = &s_ranks[rank];
     allreduce_fn_t sync = s->use_hook ? hook : NULL;
     int rows = s->cnt > 0 ? s->cnt : 1;
     float *xhat = malloc((size_t)rows * SC * sizeof(float));
@@ -118,7 +93,7 @@ static void *srank_main(void *p)
     model_t m;
     if (model_init(&m, msizes, 4, SN, 5) != 0) {
         s->err = 1;
-        return NULL;
+        return;
     }
     float dlogits[SN * MCLS];
     int c0 = s->calls;
@@ -135,7 +110,6 @@ static void *srank_main(void *p)
     memcpy(s->grads, m.grads, m.nparams * sizeof(float));
     memcpy(s->buffers, m.buffers, m.nbuffers * sizeof(float));
     model_free(&m);
-    return NULL;
 }
 
 /* Run one split on nranks Chorus thread ranks (nranks 0: the full batch, no hook, one thread). */
@@ -144,16 +118,8 @@ static int run_split(const int *split, int nranks, srank_t *ranks, float *y, flo
 {
     int threads = nranks > 0 ? nranks : 1;
     chorusComm_t comms[8] = {0};
-    if (nranks > 0) {
-        chorusResult_t res = chorusCommInitAll(comms, nranks, NULL);
-        if (res != chorusSuccess) {
-            printf("FAIL chorusCommInitAll(%d): %s: %s\n", nranks, chorusGetErrorString(res),
-                   chorusGetLastError(NULL));
-            failures++;
-            return -1;
-        }
-    }
-    pthread_t tid[8];
+    if (nranks > 0 && harness_init_all(comms, nranks) != 0)
+        return -1;
     for (int r = 0, lo = 0; r < threads; r++) {
         ranks[r] = (srank_t){.rank = r,
                              .lo = lo,
@@ -165,18 +131,16 @@ static int run_split(const int *split, int nranks, srank_t *ranks, float *y, flo
                              .logits = logits};
         lo += ranks[r].cnt;
     }
-    for (int r = 0; r < threads; r++)
-        pthread_create(&tid[r], NULL, srank_main, &ranks[r]);
-    for (int r = 0; r < threads; r++)
-        pthread_join(tid[r], NULL);
-    for (int r = 0; r < nranks; r++)
-        chorusCommDestroy(comms[r]);
+    s_ranks = ranks;
+    if (harness_run_ranks(comms, threads, srank_main) != 0)
+        return -1;
+    harness_destroy_all(comms, nranks);
     return 0;
 }
 
 static void test_sync_bn(void)
 {
-    long before = failures;
+    long before = harness_failures;
     fill(s_z, SN * SC, -1, 1);
     for (int r = 0; r < SN; r++)
         for (int j = 0; j < SC; j++)
@@ -205,8 +169,8 @@ static void test_sync_bn(void)
     do {                                                                                           \
         double g_ = (got), w_ = (want);                                                            \
         worst = fmax(worst, fabs(g_ - w_) / fmax(1.0, fabs(w_)));                                  \
-        CHECK(close_to(g_, w_, 1e-6), "%d ranks: %s: %.9g, full batch %.9g", nranks, what, g_,     \
-              w_);                                                                                 \
+        CHECK(harness_close(g_, w_, 1e-6), "%d ranks: %s: %.9g, full batch %.9g", nranks, what,    \
+              g_, w_);                                                                             \
     } while (0)
         for (int k = 0; k < SN * SC; k++) {
             CMP("bn y", y[k], ry[k]);
@@ -265,13 +229,12 @@ static void test_sync_bn(void)
     }
     free(ref.grads);
     free(ref.buffers);
-    section("SyncBatchNorm on 1, 3 (6/6/1, 7/0/6) and 4 Chorus ranks equals the full batch",
-            before);
+    harness_report(before,
+                   "SyncBatchNorm on 1, 3 (6/6/1, 7/0/6) and 4 Chorus ranks equals the full batch");
 }
 
 int main(void)
 {
     test_sync_bn();
-    printf("%s: %ld failures\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    return harness_finish("%ld failures", harness_failures);
 }

@@ -1,7 +1,8 @@
 /*
- * harness.c: the helpers every functional test uses (see harness.h): the failure counter and its
- * messages, PASS/FAIL lines, the clock, the splitmix64 byte pattern, the refused-call check, and
- * thread ranks. Nothing here decides what a test proves; it only reports and launches.
+ * harness.c: the helpers the functional and unit tests share (see harness.h): the failure counter
+ * and its messages, PASS/FAIL lines, the clock, the splitmix64 byte pattern and uniform stream,
+ * closeness, the refused-call check, and thread ranks. Nothing here decides what a test proves; it
+ * only reports, compares and launches.
  */
 #include "harness.h"
 
@@ -119,6 +120,21 @@ void harness_fill(void *buf, size_t nbytes, uint64_t seed)
         for (size_t b = 0; b < 8 && w * 8 + b < nbytes; b++)
             p[w * 8 + b] = (unsigned char)(h >> (8 * b));
     }
+}
+
+double harness_uniform01(uint64_t *state)
+{
+    uint64_t z = harness_splitmix(*state);
+    *state += 0x9e3779b97f4a7c15ull;
+    return (double)(z >> 11) * 0x1p-53;
+}
+
+/* Written without fabs and fmax: the functional tests that link this do not link libm. */
+int harness_close(double got, double want, double tol)
+{
+    double err = got > want ? got - want : want - got; /* NaN when either is NaN */
+    double scale = want > 1.0 ? want : want < -1.0 ? -want : 1.0;
+    return err <= tol * scale;
 }
 
 long long harness_first_diff(const void *buf, size_t nbytes, uint64_t seed)

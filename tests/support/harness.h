@@ -1,8 +1,10 @@
 /*
- * harness.h: what the functional tests (tests/test_*.c in functional.cmake) share: counting and
- * printing failures (FAIL, CHECK_OK, CHECK_RES), PASS/FAIL lines, a monotonic clock, byte patterns
- * that a check can recompute, the check that a call was refused with an error text naming its
- * argument, and ranks as threads of one process (chorusCommInitAll, one pthread per rank).
+ * harness.h: what the functional tests (tests/test_*.c in functional.cmake) and the unit tests of
+ * the trainer and the host reduce (trainer_nn.cmake, reduce.cmake) share: counting and printing
+ * failures (FAIL, CHECK, CHECK_OK, CHECK_RES), PASS/FAIL lines, a monotonic clock, byte patterns
+ * and a uniform stream that a check can recompute, closeness of floating-point results, the check
+ * that a call was refused with an error text naming its argument, and ranks as threads of one
+ * process (chorusCommInitAll, one pthread per rank).
  *
  * A test never stops at the first failure: every failed check adds one to harness_failures, and
  * the first harness_fail_limit are printed as "FAIL file:line: message". Every check may run on
@@ -33,6 +35,13 @@ void harness_check_res(const char *file, int line, const char *call, chorusResul
 #define FAIL(...) harness_fail(__FILE__, __LINE__, __VA_ARGS__)
 #define CHECK_OK(call) harness_check_ok(__FILE__, __LINE__, #call, (call))
 #define CHECK_RES(call, want) harness_check_res(__FILE__, __LINE__, #call, (call), (want))
+/* FAIL with the printf-style message unless cond holds. Not src/debug.h's CHECK(call), which
+ * propagates a result inside the library; a test includes one or the other. */
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            FAIL(__VA_ARGS__);                                                                     \
+    } while (0)
 
 /* "PASS" when no check failed since harness_failures was before, else "FAIL". */
 const char *harness_verdict(long before);
@@ -53,6 +62,13 @@ void harness_fill(void *buf, size_t nbytes, uint64_t seed);
 long long harness_first_diff(const void *buf, size_t nbytes, uint64_t seed);
 /* The splitmix64 step behind the pattern, for tests that derive seeds from it. */
 uint64_t harness_splitmix(uint64_t x);
+/* The next value in [0, 1) (53 bits) of the splitmix64 stream whose state is *state; advances it.
+ * A test seeds its own state, so its inputs are the same on every run. */
+double harness_uniform01(uint64_t *state);
+
+/* Nonzero when |got - want| <= tol * max(1, |want|): relative above 1, absolute below; zero when
+ * either is NaN. */
+int harness_close(double got, double want, double tol);
 
 /* FAIL unless got is want and the error text is non-empty and contains word1 and word2 (each may
  * be NULL). what names the call in the message. */
