@@ -216,7 +216,12 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
                 sends[ns++] = o;
             else
                 recvs[nr++] = o;
-            want_conn(comm, send ? CONN_SEND : CONN_RECV, a->root, reqs, &nreq);
+            /* Both directions on first contact: a pair's connections are then built by the
+             * first p2p call of each side with the other, whatever those calls are. Building only
+             * the direction in use needs the matching call to run now, so Send-then-Recv on both
+             * ranks (or a grouped Recv+Send against a Send, then a Recv) hung in comm_connect. */
+            want_conn(comm, CONN_SEND, a->root, reqs, &nreq);
+            want_conn(comm, CONN_RECV, a->root, reqs, &nreq);
             continue;
         }
         /* All-to-all: block p of sendbuff to rank p, block p of recvbuff from rank p. In place,
