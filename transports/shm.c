@@ -23,6 +23,9 @@
 typedef struct shm_handle {
     char name[64];
     uint64_t map_nbytes;
+    uint64_t slot_nbytes; /* the FIFO's shape, not just its bytes: STEPS x slot must both match */
+    uint32_t steps;
+    uint32_t reserved;
 } shm_handle_t;
 _Static_assert(sizeof(shm_handle_t) <= TRANSPORT_HANDLE_BYTES, "shm handle too large");
 
@@ -101,6 +104,8 @@ static chorusResult_t shm_setup(const conn_setup_t *s, transport_res_t *res, con
     memset(&h, 0, sizeof(h));
     snprintf(h.name, sizeof(h.name), "%s", res->name);
     h.map_nbytes = res->map_nbytes;
+    h.slot_nbytes = s->slot_nbytes;
+    h.steps = (uint32_t)s->steps;
     memcpy(handle_p->bytes, &h, sizeof(h));
     TRACE(SUB_SHM, "created %s (%zu bytes) for recv from rank %d", res->name, res->map_nbytes,
           s->peer->rank);
@@ -120,11 +125,15 @@ static chorusResult_t shm_connect(const conn_setup_t *s, const transport_handle_
     shm_handle_t h;
     memcpy(&h, peer_handle->bytes, sizeof(h));
     h.name[sizeof(h.name) - 1] = '\0';
-    if (h.map_nbytes != shm_map_nbytes(s))
+    /* Equal bytes are not enough: 8 x 512K and 4 x 1M map the same size, but the two ends
+     * would index slots by step % steps differently and hand over stale slots silently. */
+    if (h.map_nbytes != shm_map_nbytes(s) || h.slot_nbytes != s->slot_nbytes ||
+        h.steps != (uint32_t)s->steps)
         return ERR(chorusInvalidUsage, SUB_SHM,
-                   "rank %d offers a %llu-byte FIFO where %zu bytes were expected: the ranks "
-                   "run with different CHORUS_BUFFSIZE or CHORUS_STEPS",
-                   s->peer->rank, (unsigned long long)h.map_nbytes, shm_map_nbytes(s));
+                   "rank %d offers a FIFO of %u x %llu bytes where %d x %zu were expected: the "
+                   "ranks run with different CHORUS_BUFFSIZE, CHORUS_P2P_BUFFSIZE or CHORUS_STEPS",
+                   s->peer->rank, h.steps, (unsigned long long)h.slot_nbytes, s->steps,
+                   s->slot_nbytes);
     snprintf(res->name, sizeof(res->name), "%s", h.name);
     res->map_nbytes = h.map_nbytes;
     CHECK(shm_map(res->name, res->map_nbytes, 0, &res->map));
