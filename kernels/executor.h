@@ -16,8 +16,8 @@ typedef chorusResult_t (*exec_fn_t)(void *arg);
 typedef struct exec_pool exec_pool_t;
 
 chorusResult_t exec_pool_create(int nworkers, exec_pool_t **pool_p);
-/* Run fn on n args (args + i * stride); on an error, *failed_p (if set) is raised at once so the
- * other tasks can stop early. */
+/* Run fn on n args (args + i * stride) and wait for all; returns the first error. A task that
+ * fails should make the others stop (the collective tasks raise the abort flag). */
 chorusResult_t exec_pool_run(exec_pool_t *pool, int n, exec_fn_t fn, void *args, size_t stride);
 void exec_pool_destroy(exec_pool_t *pool);
 

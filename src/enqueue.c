@@ -127,12 +127,18 @@ static chorusResult_t check_op(const comm_op_t *op)
 typedef struct coll_task {
     channel_work_t work;
     channel_program_t program;
+    uint32_t *abort_flag;
 } coll_task_t;
 
 static chorusResult_t run_channel(void *arg)
 {
     coll_task_t *t = arg;
-    return t->program(&t->work);
+    chorusResult_t res = t->program(&t->work);
+    /* One failed channel leaves the communicator unusable anyway: raise the flag now so the
+     * other channels stop within a sleep slice instead of waiting out their deadlines. */
+    if (res != chorusSuccess)
+        __atomic_store_n(t->abort_flag, 1, __ATOMIC_RELEASE);
+    return res;
 }
 
 static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
@@ -170,6 +176,7 @@ static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
         tasks[c].work.channel = c;
         tasks[c].work.nchannels = nch;
         tasks[c].program = algo_program(a->kind);
+        tasks[c].abort_flag = &comm->abort_flag;
     }
     return exec_pool_run(comm->pool, nch, run_channel, tasks, sizeof(coll_task_t));
 }
