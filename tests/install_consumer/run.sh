@@ -68,11 +68,15 @@ echo "pkg-config --cflags --libs chorus: $flags"
 quiet mpicc.log mpicc -std=c11 -Wall -Wextra -Werror -o "$tmp/pc_consumer" "$here/consumer.c" \
     $flags -Wl,-rpath,"$libdir"
 
+# ldd's output is captured before grep reads it: `ldd | grep -q` under pipefail fails whenever
+# grep exits at its first match before ldd has written everything (SIGPIPE), which made this flaky.
 for exe in "$tmp/cm/consumer" "$tmp/pc_consumer"; do
-    ldd "$exe" | grep -q "libchorus.so.0 => $libdir/" ||
-        fail "$(basename "$exe") does not load the installed library: $(ldd "$exe" | grep chorus)"
+    deps=$(ldd "$exe")
+    grep -q "libchorus.so.0 => $libdir/" <<<"$deps" ||
+        fail "$(basename "$exe") does not load the installed library: $(grep chorus <<<"$deps")"
 done
-if ldd "$tmp/cm/consumer_static" | grep -q libchorus; then
+deps=$(ldd "$tmp/cm/consumer_static")
+if grep -q libchorus <<<"$deps"; then
     fail "consumer_static is linked against libchorus.so"
 fi
 
