@@ -58,6 +58,22 @@ chorusResult_t ring_allgather_program(const channel_work_t *w);
 chorusResult_t ring_reduce_program(const channel_work_t *w);
 chorusResult_t chain_broadcast_program(const channel_work_t *w);
 
+/* a mod n for any sign of a: a ring position. */
+static inline int ring_mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+/* How many hops after root's position this rank sits along the ring (root: 0). */
+static inline int ring_distance(const ring_t *ring, int root)
+{
+    int root_idx = 0;
+    for (int i = 0; i < ring->nranks; i++)
+        if (ring->ranks[i] == root)
+            root_idx = i;
+    return ring_mod(ring->index - root_idx, ring->nranks);
+}
+
 /* Elements per ring step: half the FIFO, so a ring's first step always fits (no deadlock). */
 size_t ring_chunk_elems(const prims_t *p);
 

@@ -17,12 +17,7 @@ chorusResult_t chain_broadcast_program(const channel_work_t *w)
 {
     prims_t p = w->prims;
     const coll_args_t *a = w->args;
-    const int n = w->ring->nranks, idx = w->ring->index;
-    int root_idx = 0;
-    for (int i = 0; i < n; i++)
-        if (w->ring->ranks[i] == a->root)
-            root_idx = i;
-    const int d = ((idx - root_idx) % n + n) % n;
+    const int n = w->ring->nranks, d = ring_distance(w->ring, a->root);
     size_t choff, chlen;
     algo_part(a->count, w->nchannels, w->channel, &choff, &chlen);
     char *out = (char *)a->recvbuff + choff * p.esize;

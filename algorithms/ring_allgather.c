@@ -12,11 +12,6 @@
 #include "algo.h"
 #include "debug.h"
 
-static inline int mod(int a, int n)
-{
-    return ((a % n) + n) % n;
-}
-
 chorusResult_t ring_allgather_program(const channel_work_t *w)
 {
     prims_t p = w->prims;
@@ -38,8 +33,8 @@ chorusResult_t ring_allgather_program(const channel_work_t *w)
         size_t real = chlen - off < chunk ? chlen - off : chunk;
         CHECK(prims_copy_send(&p, in + off * p.esize, BLOCK(idx), real));
         for (int s = 1; s <= n - 2; s++)
-            CHECK(prims_recv_copy_send(&p, BLOCK(mod(idx - s, n)), real));
-        CHECK(prims_recv(&p, BLOCK(mod(idx + 1, n)), real));
+            CHECK(prims_recv_copy_send(&p, BLOCK(ring_mod(idx - s, n)), real));
+        CHECK(prims_recv(&p, BLOCK(ring_mod(idx + 1, n)), real));
     }
 #undef BLOCK
     return chorusSuccess;

@@ -17,11 +17,6 @@
 #include "algo.h"
 #include "debug.h"
 
-static inline int mod(int a, int n)
-{
-    return ((a % n) + n) % n;
-}
-
 size_t ring_chunk_elems(const prims_t *p)
 {
     size_t slice = p->send->slot_nbytes / p->esize;
@@ -49,20 +44,20 @@ chorusResult_t ring_allreduce_program(const channel_work_t *w)
 #define CHUNK_OFF(j) (off + (size_t)(j)*real)
 #define CHUNK_LEN(j)                                                                               \
     (CHUNK_OFF(j) >= chlen ? 0 : (chlen - CHUNK_OFF(j) < real ? chlen - CHUNK_OFF(j) : real))
-        int j = mod(idx - 1, n);
+        int j = ring_mod(idx - 1, n);
         CHECK(prims_send(&p, in + CHUNK_OFF(j) * p.esize, CHUNK_LEN(j)));
         for (int s = 1; s <= n - 2; s++) {
-            j = mod(idx - 1 - s, n);
+            j = ring_mod(idx - 1 - s, n);
             CHECK(prims_recv_reduce_send(&p, in + CHUNK_OFF(j) * p.esize, CHUNK_LEN(j)));
         }
         j = idx;
         CHECK(prims_recv_reduce_copy_send(&p, in + CHUNK_OFF(j) * p.esize,
                                           out + CHUNK_OFF(j) * p.esize, CHUNK_LEN(j), 1));
         for (int s = 1; s <= n - 2; s++) {
-            j = mod(idx - s, n);
+            j = ring_mod(idx - s, n);
             CHECK(prims_recv_copy_send(&p, out + CHUNK_OFF(j) * p.esize, CHUNK_LEN(j)));
         }
-        j = mod(idx + 1, n);
+        j = ring_mod(idx + 1, n);
         CHECK(prims_recv(&p, out + CHUNK_OFF(j) * p.esize, CHUNK_LEN(j)));
 #undef CHUNK_OFF
 #undef CHUNK_LEN

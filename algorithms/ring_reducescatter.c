@@ -12,11 +12,6 @@
 #include "algo.h"
 #include "debug.h"
 
-static inline int mod(int a, int n)
-{
-    return ((a % n) + n) % n;
-}
-
 chorusResult_t ring_reducescatter_program(const channel_work_t *w)
 {
     prims_t p = w->prims;
@@ -35,9 +30,9 @@ chorusResult_t ring_reducescatter_program(const channel_work_t *w)
     for (size_t off = 0; off < chlen; off += chunk) {
         size_t real = chlen - off < chunk ? chlen - off : chunk;
 #define BLOCK(pos) (in + ((size_t)ranks[pos] * a->count + choff + off) * p.esize)
-        CHECK(prims_send(&p, BLOCK(mod(idx - 1, n)), real));
+        CHECK(prims_send(&p, BLOCK(ring_mod(idx - 1, n)), real));
         for (int s = 1; s <= n - 2; s++)
-            CHECK(prims_recv_reduce_send(&p, BLOCK(mod(idx - 1 - s, n)), real));
+            CHECK(prims_recv_reduce_send(&p, BLOCK(ring_mod(idx - 1 - s, n)), real));
         CHECK(prims_recv_reduce_copy(&p, BLOCK(idx), out + off * p.esize, real, 1));
 #undef BLOCK
     }
