@@ -35,7 +35,8 @@ static const struct {
     unsigned bit;
 } subsys_names[] = {{"INIT", SUB_INIT}, {"COLL", SUB_COLL},   {"P2P", SUB_P2P},
                     {"SHM", SUB_SHM},   {"NET", SUB_NET},     {"BOOT", SUB_BOOT},
-                    {"ENV", SUB_ENV},   {"ALLOC", SUB_ALLOC}, {"ALL", SUB_ALL}};
+                    {"ENV", SUB_ENV},   {"ALLOC", SUB_ALLOC}, {"GRAPH", SUB_GRAPH},
+                    {"TUNING", SUB_TUNING}, {"PROXY", SUB_PROXY}, {"ALL", SUB_ALL}};
 
 static const char *subsys_name(unsigned bit)
 {

@@ -22,6 +22,9 @@ enum {
     SUB_BOOT = 1 << 5,
     SUB_ENV = 1 << 6,
     SUB_ALLOC = 1 << 7,
+    SUB_GRAPH = 1 << 8,
+    SUB_TUNING = 1 << 9,
+    SUB_PROXY = 1 << 10,
     SUB_ALL = 0xffff
 };
 

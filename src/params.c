@@ -32,7 +32,7 @@ static const param_def_t param_table[] = {
     {"CHORUS_DEBUG", PT_STR, "WARN", 0, 0, NONE,
      "log level: VERSION, WARN, INFO (also lists the variables set), TRACE"},
     {"CHORUS_DEBUG_SUBSYS", PT_STR, "ALL", 0, 0, NONE,
-     "comma list of INIT,COLL,P2P,SHM,NET,BOOT,ENV,ALLOC,ALL; ^ in front excludes"},
+     "comma list of INIT,COLL,P2P,SHM,NET,BOOT,ENV,ALLOC,GRAPH,TUNING,PROXY,ALL; ^ in front excludes"},
     {"CHORUS_DEBUG_FILE", PT_STR, "", 0, 0, NONE,
      "write logs to this file instead of stderr (%h: host, %p: pid)"},
     {"CHORUS_TIMEOUT_MS", PT_INT, "600000", 1, BIG, OFF(timeout_ms),
@@ -52,6 +52,20 @@ static const param_def_t param_table[] = {
      "bootstrap interface: prefix list (eth,ib), ^ excludes, = exact; default: first up non-lo"},
     {"CHORUS_HOSTID", PT_STR, "", 0, 0, OFF(hostid),
      "override this rank's host identity (simulate several hosts on one machine)"},
+    {"CHORUS_TOPO_FILE", PT_STR, "", 0, 0, OFF(topo_file),
+     "read the host topology from this hwloc XML file instead of the live machine"},
+    {"CHORUS_TOPO_DUMP_FILE", PT_STR, "", 0, 0, OFF(topo_dump_file),
+     "write the detected host topology (hwloc XML) to this file (%h: host, %p: pid)"},
+    {"CHORUS_NET", PT_STR, "", 0, 0, OFF(net),
+     "net plugin between hosts: Socket; default: the best one available"},
+    {"CHORUS_NSOCKS_PERTHREAD", PT_INT, "1", 1, 64, OFF(nsocks_perthread),
+     "socket plugin: TCP sockets per helper thread of one connection (striped)"},
+    {"CHORUS_SOCKET_NTHREADS", PT_INT, "0", 0, 16, OFF(socket_nthreads),
+     "socket plugin: helper threads per connection; 0: the proxy thread does the I/O"},
+    {"CHORUS_ALGO", PT_STR, "", 0, 0, OFF(algo),
+     "algorithms allowed: ring,tree; ^ excludes; per collective: allreduce:tree;broadcast:ring"},
+    {"CHORUS_PROTO", PT_STR, "", 0, 0, OFF(proto),
+     "protocols allowed (NCCL syntax); Chorus has Simple only, LL and LL128 are refused"},
     {"CHORUS_RANK", PT_INT, "", 0, 1 << 30, NONE, "chorusCommInitEnv: this rank"},
     {"CHORUS_NRANKS", PT_INT, "", 1, 1 << 30, NONE, "chorusCommInitEnv: number of ranks"},
     {"CHORUS_ROOT", PT_STR, "", 0, 0, NONE,
@@ -171,6 +185,11 @@ chorusResult_t params_load(params_t *params_p)
             CHECK(parse_int(d, text, (int64_t *)(void *)field));
         }
     }
+    if (p.nsocks_perthread * (p.socket_nthreads > 0 ? p.socket_nthreads : 1) > 64)
+        return ERR(chorusInvalidArgument, SUB_ENV,
+                   "CHORUS_NSOCKS_PERTHREAD=%lld times CHORUS_SOCKET_NTHREADS=%lld is above 64 "
+                   "sockets per connection",
+                   (long long)p.nsocks_perthread, (long long)p.socket_nthreads);
     if (p.min_nchannels > p.max_nchannels)
         return ERR(chorusInvalidArgument, SUB_ENV,
                    "CHORUS_MIN_NCHANNELS=%lld is above CHORUS_MAX_NCHANNELS=%lld",

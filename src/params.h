@@ -27,6 +27,13 @@ typedef struct params {
     int64_t spin; /* CHORUS_SPIN: polls before a wait sleeps */
     char socket_ifname[PARAM_STR_MAX]; /* CHORUS_SOCKET_IFNAME */
     char hostid[PARAM_STR_MAX]; /* CHORUS_HOSTID */
+    char topo_file[PARAM_STR_MAX]; /* CHORUS_TOPO_FILE: hwloc XML instead of the live machine */
+    char topo_dump_file[PARAM_STR_MAX]; /* CHORUS_TOPO_DUMP_FILE: write what was detected */
+    char net[PARAM_STR_MAX]; /* CHORUS_NET: force a net plugin by name ("" automatic) */
+    int64_t nsocks_perthread; /* CHORUS_NSOCKS_PERTHREAD */
+    int64_t socket_nthreads; /* CHORUS_SOCKET_NTHREADS */
+    char algo[PARAM_STR_MAX]; /* CHORUS_ALGO (NCCL syntax) */
+    char proto[PARAM_STR_MAX]; /* CHORUS_PROTO (NCCL syntax) */
 } params_t;
 
 /* Read every communicator-level variable into *params_p (defaults where unset). */

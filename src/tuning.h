@@ -1,0 +1,71 @@
+/*
+ * tuning.h: which algorithm, and how many channels, for each call (DESIGN section 6).
+ *
+ * An alpha-beta model per collective x algorithm predicts a call's time from its size, the rank
+ * and host counts and the transports on the way (shm inside a host, net between hosts); the
+ * constants are calibrated on the development machine (see tuning.c for how they were measured).
+ * The tuner picks the allowed algorithm with the lowest prediction. CHORUS_ALGO and CHORUS_PROTO
+ * restrict the choice with NCCL's syntax:
+ *   "ring"  "ring,tree"  "^tree"  "allreduce:tree;broadcast:ring"  "allreduce:^ring"
+ * (case-insensitive; a per-collective list names collectives by NCCL's names: allreduce,
+ * broadcast, reduce, allgather, reducescatter; collectives not listed keep every algorithm).
+ * Chorus has one protocol, Simple: CHORUS_PROTO that allows only LL/LL128 is an error that says so.
+ */
+#ifndef CHORUS_TUNING_H
+#define CHORUS_TUNING_H
+
+#include <stddef.h>
+
+#include "algo.h"
+#include "chorus.h"
+
+typedef enum { ALGO_RING = 0, ALGO_TREE = 1, ALGO_COUNT } algo_t;
+typedef enum { PROTO_SIMPLE = 0, PROTO_LL = 1, PROTO_LL128 = 2, PROTO_COUNT } proto_t;
+
+#define TUNE_NCOLLS 5 /* allreduce, broadcast, reduce, allgather, reducescatter (coll_kind_t order) */
+
+/* What the model knows about the communicator. */
+typedef struct tune_topo {
+    int nranks;
+    int nhosts;
+    int max_local; /* most ranks on one host */
+    int max_channels; /* channels the communicator has */
+    double net_gbps; /* slowest inter-host link in Gbit/s as the net plugin reports it; 0: unknown */
+    double net_latency_us; /* its one-way latency; 0: unknown */
+} tune_topo_t;
+
+typedef struct tuner {
+    tune_topo_t topo;
+    unsigned algo_mask[TUNE_NCOLLS]; /* bit (1 << algo_t) set: allowed */
+    unsigned proto_mask; /* bit (1 << proto_t) set: allowed */
+} tuner_t;
+
+typedef struct tune_choice {
+    algo_t algo;
+    int nchannels;
+    double predicted_us; /* the model's time for the whole call */
+} tune_choice_t;
+
+/* Parse CHORUS_ALGO / CHORUS_PROTO values ("" allows everything). The variable's name is used in
+ * the error text, which also lists what is allowed. */
+chorusResult_t tune_parse_algo(const char *var, const char *spec, unsigned mask[TUNE_NCOLLS]);
+chorusResult_t tune_parse_proto(const char *var, const char *spec, unsigned *mask_p);
+
+/* Build a tuner; algo/proto are the CHORUS_ALGO / CHORUS_PROTO values. */
+chorusResult_t tune_init(const tune_topo_t *topo, const char *algo, const char *proto,
+                         tuner_t *t);
+/* Which algorithms serve a collective at all (ring for all five; tree for allreduce, broadcast,
+ * reduce). */
+unsigned tune_algos_serving(coll_kind_t kind);
+/* The model's time in microseconds for kind, algorithm and channel count; nbytes is the call's
+ * count times the element size (per rank, as NCCL counts it: allgather's send count). */
+double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbytes,
+                    int nchannels);
+/* The choice for one call: the allowed algorithm with the lowest prediction, and its channels. */
+tune_choice_t tune_pick(const tuner_t *t, coll_kind_t kind, size_t nbytes);
+/* Log the tuner's table at INFO (subsystem TUNING). */
+void tune_log(const tuner_t *t);
+
+const char *algo_name(algo_t algo);
+
+#endif /* CHORUS_TUNING_H */
