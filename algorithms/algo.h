@@ -41,10 +41,28 @@ typedef struct ring {
     int *ranks;
 } ring_t;
 
+/* A tree seen from one rank: its parent (-1 at the root) and children. */
+#define TREE_MAX_DOWN 3
+typedef struct tree {
+    int up;
+    int ndown;
+    int down[TREE_MAX_DOWN];
+} tree_t;
+
+/* A tree's connections on one channel: up_recv[i] and down_send[i] join child down[i]. */
+typedef struct tree_conns {
+    conn_t *up_send; /* to the parent (reductions go up); NULL at the root */
+    conn_t *down_recv; /* from the parent (results come down); NULL at the root */
+    int ndown;
+    conn_t *up_recv[TREE_MAX_DOWN];
+    conn_t *down_send[TREE_MAX_DOWN];
+} tree_conns_t;
+
 /* What one channel program runs with. */
 typedef struct channel_work {
     prims_t prims;
     const ring_t *ring;
+    const tree_conns_t *tree; /* tree programs only */
     const coll_args_t *args;
     int channel;
     int nchannels;
@@ -57,6 +75,9 @@ chorusResult_t ring_reducescatter_program(const channel_work_t *w);
 chorusResult_t ring_allgather_program(const channel_work_t *w);
 chorusResult_t ring_reduce_program(const channel_work_t *w);
 chorusResult_t chain_broadcast_program(const channel_work_t *w);
+chorusResult_t tree_allreduce_program(const channel_work_t *w);
+chorusResult_t tree_broadcast_program(const channel_work_t *w);
+chorusResult_t tree_reduce_program(const channel_work_t *w);
 
 /* a mod n for any sign of a: a ring position. */
 static inline int ring_mod(int a, int n)
@@ -77,8 +98,9 @@ static inline int ring_distance(const ring_t *ring, int root)
 /* Elements per ring step: half the FIFO, so a ring's first step always fits (no deadlock). */
 size_t ring_chunk_elems(const prims_t *p);
 
-/* The channel program for a collective kind; NULL for point-to-point kinds. */
-channel_program_t algo_program(coll_kind_t kind);
+/* The channel program for a collective kind and algorithm (0 ring, 1 tree); NULL when that
+ * algorithm does not serve the kind (and for point-to-point kinds). */
+channel_program_t algo_program(coll_kind_t kind, int tree);
 
 /* Even split of total into nparts; part i is [*off_p, *off_p + *len_p). */
 static inline void algo_part(size_t total, int nparts, int i, size_t *off_p, size_t *len_p)
@@ -93,6 +115,10 @@ static inline void algo_part(size_t total, int nparts, int i, size_t *off_p, siz
  * so a ring crosses each host boundary once. host_of[r] is a host index per rank. */
 chorusResult_t graph_build_ring(int nranks, int rank, const int *host_of, ring_t *ring_p);
 void graph_free_ring(ring_t *ring);
+/* This rank's place in a tree (see tree.c): which 0 or 1 picks one tree of the double binary tree;
+ * root >= 0 builds the tree rooted at that rank instead (which still applies). */
+chorusResult_t graph_build_tree(int nranks, int rank, const int *host_of, int which, int root,
+                                tree_t *tree_p);
 
 /* Point-to-point: one rank's sends and receives of a group, progressed together. */
 typedef struct p2p_op {

@@ -36,8 +36,20 @@ void graph_free_ring(ring_t *ring)
     ring->ranks = NULL;
 }
 
-channel_program_t algo_program(coll_kind_t kind)
+channel_program_t algo_program(coll_kind_t kind, int tree)
 {
+    if (tree) {
+        switch (kind) {
+        case COLL_ALLREDUCE:
+            return tree_allreduce_program;
+        case COLL_REDUCE:
+            return tree_reduce_program;
+        case COLL_BROADCAST:
+            return tree_broadcast_program;
+        default:
+            return NULL;
+        }
+    }
     switch (kind) {
     case COLL_ALLREDUCE:
         return ring_allreduce_program;

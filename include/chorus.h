@@ -171,6 +171,13 @@ chorusResult_t chorusStreamDestroy(chorusStream_t stream);
 chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes);
 chorusResult_t chorusMemFree(void *ptr);
 
+/* Chorus extension (not in NCCL): the algorithm the tuner picks on comm for a collective of count
+ * elements ("ring" or "tree") and the model's predicted time in microseconds. coll is NCCL's name
+ * of the collective: "allreduce", "broadcast", "reduce", "allgather", "reducescatter". */
+chorusResult_t chorusCommTuningInfo(chorusComm_t comm, const char *coll, size_t count,
+                                    chorusDataType_t datatype, const char **algo,
+                                    double *predictedUs);
+
 #ifdef __cplusplus
 }
 #endif

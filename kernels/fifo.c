@@ -54,7 +54,7 @@ static void futex_wake_all(uint64_t *counter)
 
 /* Wait until ready(counter value) holds. target: the value the counter must reach (>=). */
 static chorusResult_t wait_counter(uint64_t *counter, uint32_t *sleepers, uint64_t target,
-                                   const wait_ctx_t *w, const char *what)
+                                   const uint32_t *error, const wait_ctx_t *w, const char *what)
 {
     for (int64_t i = 0; i < w->spin; i++) {
         if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
@@ -64,7 +64,7 @@ static chorusResult_t wait_counter(uint64_t *counter, uint32_t *sleepers, uint64
     int64_t start = fifo_now_ns();
     /* Then yield for a while: when ranks outnumber cores, the peer we wait for may need this
      * core, and sched_yield hands it over at once where a futex round trip costs a wake-up. */
-    while (fifo_now_ns() - start < FIFO_YIELD_NS) {
+    while (fifo_now_ns() - start < FIFO_YIELD_NS && !__atomic_load_n(error, __ATOMIC_ACQUIRE)) {
         if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
             return chorusSuccess;
         sched_yield();
@@ -73,6 +73,9 @@ static chorusResult_t wait_counter(uint64_t *counter, uint32_t *sleepers, uint64
         uint64_t v = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
         if (v >= target)
             return chorusSuccess;
+        if (__atomic_load_n(error, __ATOMIC_ACQUIRE))
+            return ERR(chorusRemoteError, SUB_COLL,
+                       "wait for %s of peer rank %d stopped: the connection failed", what, w->peer);
         if (w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE))
             return ERR(chorusRemoteError, SUB_COLL,
                        "wait for %s of peer rank %d stopped: the communicator was aborted", what,
@@ -106,8 +109,8 @@ chorusResult_t fifo_wait_send(conn_t *c, const wait_ctx_t *w, void **slot_p)
 {
     /* Free slot when tail - head < steps, i.e. head >= tail - steps + 1. */
     if (c->step >= (uint64_t)c->steps)
-        CHECK(wait_counter(&c->ctrl->head, &c->ctrl->head_sleepers, c->step - c->steps + 1, w,
-                           "FIFO head (slot freed)"));
+        CHECK(wait_counter(&c->ctrl->head, &c->ctrl->head_sleepers, c->step - c->steps + 1,
+                           &c->ctrl->error, w, "FIFO head (slot freed)"));
     *slot_p = c->slots + (c->step % c->steps) * c->slot_nbytes;
     return chorusSuccess;
 }
@@ -117,11 +120,13 @@ void fifo_post_send(conn_t *c, uint32_t nbytes)
     c->ctrl->sizes[c->step % c->steps] = nbytes;
     c->step++;
     publish(&c->ctrl->tail, &c->ctrl->tail_sleepers, c->step);
+    if (c->bell != NULL)
+        fifo_bell_ring(c->bell);
 }
 
 chorusResult_t fifo_wait_recv(conn_t *c, const wait_ctx_t *w, void **slot_p, uint32_t *nbytes_p)
 {
-    CHECK(wait_counter(&c->ctrl->tail, &c->ctrl->tail_sleepers, c->step + 1, w,
+    CHECK(wait_counter(&c->ctrl->tail, &c->ctrl->tail_sleepers, c->step + 1, &c->ctrl->error, w,
                        "FIFO tail (slot filled)"));
     *slot_p = c->slots + (c->step % c->steps) * c->slot_nbytes;
     *nbytes_p = c->ctrl->sizes[c->step % c->steps];
@@ -132,6 +137,39 @@ void fifo_post_recv(conn_t *c)
 {
     c->step++;
     publish(&c->ctrl->head, &c->ctrl->head_sleepers, c->step);
+    if (c->bell != NULL)
+        fifo_bell_ring(c->bell);
+}
+
+void fifo_bell_ring(fifo_bell_t *bell)
+{
+    if (__atomic_load_n(&bell->sleeping, __ATOMIC_SEQ_CST)) {
+        uint64_t one = 1;
+        ssize_t n = write(bell->fd, &one, sizeof(one));
+        (void)n; /* EAGAIN: the counter is saturated, the sleeper wakes anyway */
+    }
+}
+
+void fifo_publish_head(fifo_ctrl_t *ctrl, uint64_t value)
+{
+    publish(&ctrl->head, &ctrl->head_sleepers, value);
+}
+
+void fifo_publish_tail(fifo_ctrl_t *ctrl, uint64_t value)
+{
+    publish(&ctrl->tail, &ctrl->tail_sleepers, value);
+}
+
+void fifo_fail(fifo_ctrl_t *ctrl)
+{
+    __atomic_store_n(&ctrl->error, 1, __ATOMIC_SEQ_CST);
+    futex_wake_all(&ctrl->tail);
+    futex_wake_all(&ctrl->head);
+}
+
+int fifo_failed(const conn_t *c)
+{
+    return __atomic_load_n(&c->ctrl->error, __ATOMIC_ACQUIRE) != 0;
 }
 
 int fifo_can_send(const conn_t *c)

@@ -23,6 +23,7 @@
 typedef struct fifo_ctrl {
     _Alignas(64) uint64_t tail; /* written by the producer */
     uint32_t tail_sleepers; /* consumers asleep on tail */
+    uint32_t error; /* set by a proxy whose connection failed: waiters on it give up */
     _Alignas(64) uint64_t head; /* written by the consumer */
     uint32_t head_sleepers; /* producers asleep on head */
     _Alignas(64) uint32_t sizes[FIFO_MAX_STEPS];
@@ -36,6 +37,15 @@ typedef struct wait_ctx {
     int peer; /* for error messages */
 } wait_ctx_t;
 
+/* A doorbell for a thread that serves FIFOs from the other side (the net transport's proxy): it
+ * sleeps in poll() on fd with sleeping set, and every post on a FIFO with this bell writes fd
+ * while sleeping is set. Posting stores the counter, then reads sleeping (both sequentially
+ * consistent); the sleeper sets sleeping, then looks at the counters once more before it polls. */
+typedef struct fifo_bell {
+    uint32_t sleeping;
+    int fd; /* eventfd */
+} fifo_bell_t;
+
 /* One end of a directed connection, as the executor sees it (any transport). */
 typedef struct conn {
     fifo_ctrl_t *ctrl;
@@ -45,6 +55,7 @@ typedef struct conn {
     uint64_t step; /* producer: next tail to publish; consumer: next head */
     int peer; /* the rank at the other end */
     const char *transport;
+    fifo_bell_t *bell; /* NULL unless a proxy serves the other side */
 } conn_t;
 
 /* Producer: wait for a free slot, return its address. */
@@ -55,6 +66,16 @@ void fifo_post_send(conn_t *c, uint32_t nbytes);
 chorusResult_t fifo_wait_recv(conn_t *c, const wait_ctx_t *w, void **slot_p, uint32_t *nbytes_p);
 /* Consumer: free the slot just used. */
 void fifo_post_recv(conn_t *c);
+/* For a proxy playing the far end of a local FIFO (net transport): publish head (slots freed) or
+ * tail (slots filled; sizes[] written first) and wake the executor if it sleeps on it. */
+void fifo_publish_head(fifo_ctrl_t *ctrl, uint64_t value);
+void fifo_publish_tail(fifo_ctrl_t *ctrl, uint64_t value);
+/* Wake the bell's sleeper if it sleeps. */
+void fifo_bell_ring(fifo_bell_t *bell);
+/* Mark the connection failed (net transport's proxy) and wake every waiter on it. */
+void fifo_fail(fifo_ctrl_t *ctrl);
+/* 1 once fifo_fail was called on c's control block. */
+int fifo_failed(const conn_t *c);
 /* Non-blocking probes for progress loops that drive several connections at once. */
 int fifo_can_send(const conn_t *c);
 int fifo_can_recv(const conn_t *c);

@@ -154,6 +154,80 @@ chorusResult_t prims_copy_send(prims_t *p, const void *src, void *dst, size_t co
     return chorusSuccess;
 }
 
+size_t prims_slice_elems(const prims_t *p, const conn_t *c)
+{
+    return slice_count(p, c);
+}
+
+chorusResult_t prims_tree(prims_t *p, conn_t *const *recvs, int nrecv, conn_t *const *sends,
+                          int nsend, const void *src, void *dst, size_t count, int final)
+{
+    const conn_t *c0 = nrecv > 0 ? recvs[0] : nsend > 0 ? sends[0] : NULL;
+    if (c0 == NULL) {
+        if (src != NULL && dst != NULL)
+            prims_local_copy(p, src, dst, count, final);
+        return chorusSuccess;
+    }
+    const char *s = src;
+    char *d = dst;
+    void *in[8], *out[8];
+    if (nrecv > 8 || nsend > 8)
+        return ERR(chorusInternalError, SUB_COLL, "prims_tree: %d/%d connections (at most 8)",
+                   nrecv, nsend);
+    FOR_SLICES(p, c0, count, off, n)
+    {
+        size_t nb = n * p->esize;
+        for (int i = 0; i < nrecv; i++) {
+            uint32_t got = 0;
+            p->wait.peer = recvs[i]->peer;
+            CHECK(fifo_wait_recv(recvs[i], &p->wait, &in[i], &got));
+            if (got != nb)
+                return ERR(chorusInvalidUsage, SUB_COLL,
+                           "peer rank %d sent a %u-byte slice where %zu bytes were expected: the "
+                           "ranks called the collective with different counts, datatypes or roots",
+                           recvs[i]->peer, got, nb);
+        }
+        for (int i = 0; i < nsend; i++) {
+            p->wait.peer = sends[i]->peer;
+            CHECK(fifo_wait_send(sends[i], &p->wait, &out[i]));
+        }
+        /* The result is built in the first output (a send slot, else dst), then copied on. */
+        char *t = nsend > 0 ? out[0] : d + off * p->esize;
+        const char *sv = s != NULL ? s + off * p->esize : NULL;
+        int first = 0;
+        if (sv == NULL) {
+            if (nrecv == 0)
+                return ERR(chorusInternalError, SUB_COLL, "prims_tree without data");
+            if (nrecv == 1) {
+                t = in[0]; /* pure forward: copy the received slot to every output below */
+            } else {
+                p->ops->reduce(t, in[0], in[1], n, p->dtype, p->op);
+                first = 2;
+            }
+        } else if (nrecv == 0) {
+            if (t != sv)
+                p->ops->copy(t, sv, nb);
+        } else {
+            p->ops->reduce(t, in[0], sv, n, p->dtype, p->op);
+            first = 1;
+        }
+        for (int i = first; i < nrecv && (sv != NULL || nrecv > 1); i++)
+            p->ops->reduce(t, t, in[i], n, p->dtype, p->op);
+        if (final && t != (char *)in[0])
+            finalize(p, t, n, final);
+        if (d != NULL && t != d + off * p->esize)
+            p->ops->copy(d + off * p->esize, t, nb);
+        for (int i = 0; i < nsend; i++)
+            if (out[i] != t)
+                p->ops->copy(out[i], t, nb);
+        for (int i = 0; i < nsend; i++)
+            fifo_post_send(sends[i], (uint32_t)nb);
+        for (int i = 0; i < nrecv; i++)
+            fifo_post_recv(recvs[i]);
+    }
+    return chorusSuccess;
+}
+
 void prims_local_copy(prims_t *p, const void *src, void *dst, size_t count, int final)
 {
     if (dst != src)
@@ -164,6 +238,8 @@ void prims_local_copy(prims_t *p, const void *src, void *dst, size_t count, int 
 chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *src, size_t nbytes,
                               size_t *done_p)
 {
+    if (*done_p < nbytes && !fifo_can_send(c) && fifo_failed(c))
+        return ERR(chorusRemoteError, SUB_P2P, "the connection to peer rank %d failed", c->peer);
     while (*done_p < nbytes && fifo_can_send(c)) {
         size_t n = nbytes - *done_p < c->slot_nbytes ? nbytes - *done_p : c->slot_nbytes;
         void *out = c->slots + (c->step % c->steps) * c->slot_nbytes;
@@ -177,6 +253,8 @@ chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *sr
 chorusResult_t prims_try_recv(conn_t *c, const memops_ops_t *ops, char *dst, size_t nbytes,
                               size_t *done_p)
 {
+    if (*done_p < nbytes && !fifo_can_recv(c) && fifo_failed(c))
+        return ERR(chorusRemoteError, SUB_P2P, "the connection from peer rank %d failed", c->peer);
     while (*done_p < nbytes && fifo_can_recv(c)) {
         size_t want = nbytes - *done_p < c->slot_nbytes ? nbytes - *done_p : c->slot_nbytes;
         uint32_t got = c->ctrl->sizes[c->step % c->steps];

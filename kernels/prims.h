@@ -47,6 +47,15 @@ chorusResult_t prims_copy_send(prims_t *p, const void *src, void *dst, size_t co
 /* Local step of a schedule: dst = src (no connection); final applies avg's division. */
 void prims_local_copy(prims_t *p, const void *src, void *dst, size_t count, int final);
 
+/* Tree step over several connections (all with one slot size): receive a slice from each of
+ * recvs[0..nrecv) and reduce them, in that order, with src (src NULL: the first received slice is
+ * the start value; nrecv 0: src is the data); then write the result to dst (unless NULL) and to
+ * every sends[0..nsend). final applies avg's division to the result. */
+chorusResult_t prims_tree(prims_t *p, conn_t *const *recvs, int nrecv, conn_t *const *sends,
+                          int nsend, const void *src, void *dst, size_t count, int final);
+/* Elements per slot of connection c (the slice a tree program steps by). */
+size_t prims_slice_elems(const prims_t *p, const conn_t *c);
+
 /* Non-blocking halves for progress loops over many connections (send/recv, all-to-all): move as
  * many whole slots as are available now, advance *done_p (bytes), never wait. */
 chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *src, size_t nbytes,

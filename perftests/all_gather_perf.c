@@ -51,6 +51,7 @@ static int ag_mpi_run(const void *sendbuff, void *recvbuff, const perf_case_t *c
 }
 
 static const perf_coll_t ag_coll = {
+    .tuning_name = "allgather",
     .name = "all_gather",
     .get_counts = ag_get_counts,
     .get_bw = ag_get_bw,

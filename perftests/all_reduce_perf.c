@@ -52,6 +52,7 @@ static const perf_coll_t ar_coll = {
     .reduces = 1,
     .rooted = 0,
     .no_inplace = 0,
+    .tuning_name = "allreduce",
     .get_counts = ar_get_counts,
     .get_bw = ar_get_bw,
     .run = ar_run,

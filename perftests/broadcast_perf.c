@@ -52,6 +52,7 @@ static int bc_mpi_run(const void *sendbuff, void *recvbuff, const perf_case_t *c
 }
 
 static const perf_coll_t bc_coll = {
+    .tuning_name = "broadcast",
     .name = "broadcast",
     .rooted = 1,
     .get_counts = bc_get_counts,

@@ -216,11 +216,17 @@ static void perf_print_table_header(const perf_ctx_t *ctx)
     if (ctx->o.compare_mpi) {
         PERF_PRINT("  %7s  %6s", "mpi(us)", "ratio");
     }
+    if (ctx->coll->tuning_name != NULL) {
+        PERF_PRINT("  %5s  %8s", "algo", "pred");
+    }
     PERF_PRINT("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
                "");
     if (ctx->o.compare_mpi) {
         PERF_PRINT("  %7s  %6s", "(us)", "");
+    }
+    if (ctx->coll->tuning_name != NULL) {
+        PERF_PRINT("  %5s  %8s", "", "(us)");
     }
     PERF_PRINT("\n");
 }
@@ -243,6 +249,18 @@ static void perf_format_time(char *buf, size_t len, double usec)
     } else {
         snprintf(buf, len, "%7.2f", usec);
     }
+}
+
+/* The tuner's choice and the model's time for this row (chorusCommTuningInfo). */
+static void perf_print_tuning(const perf_case_t *c)
+{
+    const char *algo = "?";
+    double pred = 0;
+    PERF_CHECK(chorusCommTuningInfo(perf_ctx.comm, perf_ctx.coll->tuning_name, c->counts.paramcount,
+                                    c->dtype, &algo, &pred));
+    char tstr[32];
+    perf_format_time(tstr, sizeof(tstr), pred);
+    PERF_PRINT("  %5s  %8s", algo, tstr);
 }
 
 /* The send and receive pointers of a call: separate buffers, or in place inside recvbuf. */
@@ -452,6 +470,9 @@ static void perf_time_test(chorusDataType_t dtype, chorusRedOp_t op, int root)
         }
         if (o->compare_mpi) {
             perf_bench_mpi(&c, sec);
+        }
+        if (coll->tuning_name != NULL) {
+            perf_print_tuning(&c);
         }
         PERF_PRINT("\n");
         if (nbytes == SIZE_MAX || perf_next_size(nbytes) <= nbytes) {

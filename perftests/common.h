@@ -40,6 +40,9 @@ typedef struct perf_coll {
     int reduces; /* 1: iterate -o and print the op; 0: op column "none" */
     int rooted; /* 1: iterate -r and print the root; 0: root column -1 */
     int no_inplace; /* 1: the in-place columns print N/A (the call has no in-place form) */
+    /* Optional: the collective's name for chorusCommTuningInfo ("allreduce", ...); when set, each
+     * row ends with the tuner's algorithm and the model's predicted time for the call. */
+    const char *tuning_name;
     /* Counts of a row from count = bytes / sizeof(dtype), aligned as the collective needs. */
     void (*get_counts)(size_t count, int nranks, perf_counts_t *counts_p);
     /* nccl-tests' getBw: algbw and busbw in GB/s from paramcount and seconds per call. */

@@ -51,6 +51,7 @@ static int rd_mpi_run(const void *sendbuff, void *recvbuff, const perf_case_t *c
 }
 
 static const perf_coll_t rd_coll = {
+    .tuning_name = "reduce",
     .name = "reduce",
     .reduces = 1,
     .rooted = 1,

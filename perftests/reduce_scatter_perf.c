@@ -48,6 +48,7 @@ static int rs_mpi_run(const void *sendbuff, void *recvbuff, const perf_case_t *c
 }
 
 static const perf_coll_t rs_coll = {
+    .tuning_name = "reducescatter",
     .name = "reduce_scatter",
     .reduces = 1,
     .get_counts = rs_get_counts,

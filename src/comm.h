@@ -16,12 +16,18 @@
 #include "bootstrap.h"
 #include "executor.h"
 #include "params.h"
+#include "topo.h"
 #include "transport.h"
+#include "tuning.h"
 
 #define COMM_MAGIC 0x43484f52u /* "CHOR" */
 #define COMM_DEAD_MAGIC 0xdeadc0deu
 #define MAX_CHANNELS 32
 #define P2P_TAG 0x7fff
+/* Connection tags: ring of channel c: c; tree of channel c: TREE_UP_TAG(c) for child -> parent,
+ * TREE_DOWN_TAG(c) for parent -> child; point-to-point (and rooted trees): P2P_TAG. */
+#define TREE_UP_TAG(c) (64 + 2 * (c))
+#define TREE_DOWN_TAG(c) (65 + 2 * (c))
 
 /* One end of a connection with the transport that built it. */
 typedef struct comm_conn {
@@ -35,6 +41,11 @@ typedef struct channel {
     ring_t ring;
     comm_conn_t send; /* to ring.ranks[index + 1] */
     comm_conn_t recv; /* from ring.ranks[index - 1] */
+    tree_t tree; /* tree c % 2 of the double binary tree */
+    comm_conn_t tree_up_send; /* to tree.up */
+    comm_conn_t tree_down_recv; /* from tree.up */
+    comm_conn_t tree_up_recv[TREE_MAX_DOWN]; /* from tree.down[i] */
+    comm_conn_t tree_down_send[TREE_MAX_DOWN]; /* to tree.down[i] */
 } channel_t;
 
 struct chorusComm {
@@ -46,6 +57,13 @@ struct chorusComm {
     peer_info_t *peers;
     int nchannels;
     int nchannels_forced; /* CHORUS_NCHANNELS was set: use every channel for every size */
+    int *host_of; /* [nranks]: host index of each rank (order of first appearance) */
+    int nhosts;
+    int max_local; /* most ranks on one host */
+    topo_t *topo; /* this rank's host; NULL when the live machine could not be read */
+    transport_comm_t tc; /* what transports share (net plugin, proxy thread) */
+    tuner_t tuner;
+    int trees_connected; /* channel trees are connected on their first use */
     channel_t channels[MAX_CHANNELS];
     comm_conn_t *p2p_send; /* [nranks], built on first use */
     comm_conn_t *p2p_recv;

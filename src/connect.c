@@ -19,6 +19,19 @@ static uint32_t handle_tag(int tag, conn_dir_t from_dir)
     return BOOT_TAG_HANDLE | ((uint32_t)tag << 1) | (uint32_t)from_dir;
 }
 
+/* Transports in order of preference: shm inside a host, net between hosts. */
+const transport_ops_t *const transport_table[] = {&shm_transport, &net_transport, NULL};
+
+static void conn_label(int tag, char *buf, size_t len)
+{
+    if (tag == P2P_TAG)
+        snprintf(buf, len, "p2p");
+    else if (tag >= TREE_UP_TAG(0))
+        snprintf(buf, len, "tree%d", (tag - TREE_UP_TAG(0)) / 2);
+    else
+        snprintf(buf, len, "ring%d", tag);
+}
+
 static const transport_ops_t *pick_transport(const peer_info_t *self, const peer_info_t *peer)
 {
     for (int i = 0; transport_table[i] != NULL; i++)
@@ -43,10 +56,8 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
         r->cc->tp = pick_transport(self, peer);
         if (r->cc->tp == NULL) {
             res = ERR(chorusInvalidUsage, SUB_INIT,
-                      "no transport connects rank %d (host %s) to rank %d (host %s): ranks on "
-                      "different hosts need the net transport, which this build does not have "
-                      "yet",
-                      comm->rank, self->hostid, r->peer, peer->hostid);
+                      "no transport connects rank %d (host %s) to rank %d (host %s)", comm->rank,
+                      self->hostid, r->peer, peer->hostid);
             goto out;
         }
         setups[i] = (conn_setup_t){.dir = r->dir,
@@ -54,7 +65,8 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
                                    .peer = peer,
                                    .slot_nbytes = r->slot_nbytes,
                                    .steps = (int)comm->params.steps,
-                                   .tag = r->tag};
+                                   .tag = r->tag,
+                                   .tc = &comm->tc};
         transport_handle_t mine;
         CHECK_GOTO(r->cc->tp->setup(&setups[i], &r->cc->res, &r->cc->conn, &mine), res, out);
         r->cc->ready = 1; /* resources exist from here on: close() must release them */
@@ -71,6 +83,10 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
             continue;
         CHECK_GOTO(r->cc->tp->connect(&setups[i], &peer_handles[i], &r->cc->res, &r->cc->conn), res,
                    out);
+        char label[16];
+        conn_label(r->tag, label, sizeof(label));
+        INFO(SUB_INIT, "conn %s: rank %d -> rank %d via %s", label, comm->rank, r->peer,
+             r->cc->tp->name);
         char ack = 1;
         CHECK_GOTO(boot_send(comm->boot, r->peer, BOOT_TAG_ACK | ((uint32_t)r->tag << 1), &ack, 1),
                    res, out);

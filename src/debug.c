@@ -29,13 +29,19 @@ static chorusResult_t debug_init_result;
 static char debug_init_error[256];
 static __thread int debug_rank = -1;
 static __thread char last_error[1024];
+static __thread int quiet_errors;
+
+void debug_set_quiet_errors(int quiet)
+{
+    quiet_errors = quiet;
+}
 
 static const struct {
     const char *name;
     unsigned bit;
-} subsys_names[] = {{"INIT", SUB_INIT}, {"COLL", SUB_COLL},   {"P2P", SUB_P2P},
-                    {"SHM", SUB_SHM},   {"NET", SUB_NET},     {"BOOT", SUB_BOOT},
-                    {"ENV", SUB_ENV},   {"ALLOC", SUB_ALLOC}, {"GRAPH", SUB_GRAPH},
+} subsys_names[] = {{"INIT", SUB_INIT},     {"COLL", SUB_COLL},   {"P2P", SUB_P2P},
+                    {"SHM", SUB_SHM},       {"NET", SUB_NET},     {"BOOT", SUB_BOOT},
+                    {"ENV", SUB_ENV},       {"ALLOC", SUB_ALLOC}, {"GRAPH", SUB_GRAPH},
                     {"TUNING", SUB_TUNING}, {"PROXY", SUB_PROXY}, {"ALL", SUB_ALL}};
 
 static const char *subsys_name(unsigned bit)
@@ -187,8 +193,9 @@ chorusResult_t debug_error(chorusResult_t res, unsigned subsys, const char *file
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof(last_error), fmt, ap);
     va_end(ap);
-    if (debug_level >= LOG_WARN && (debug_subsys & subsys))
-        debug_log(LOG_WARN, subsys, file, line, "%s", last_error);
+    int level = quiet_errors ? LOG_INFO : LOG_WARN;
+    if (debug_level >= level && (debug_subsys & subsys))
+        debug_log(level, subsys, file, line, "%s", last_error);
     return res;
 }
 

@@ -42,6 +42,9 @@ void debug_log(int level, unsigned subsys, const char *file, int line, const cha
 /* Record res with a message as this thread's last error, log it at WARN, return res. */
 chorusResult_t debug_error(chorusResult_t res, unsigned subsys, const char *file, int line,
                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* 1: this thread's errors are logged at INFO, not WARN (the proxy thread: a failure it sees may
+ * never matter, and the call it fails logs it at WARN then). */
+void debug_set_quiet_errors(int quiet);
 /* This thread's last error text ("" when none) and a way to clear it. */
 const char *debug_last_error(void);
 void debug_clear_error(void);

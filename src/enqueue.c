@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "comm.h"
 #include "debug.h"
@@ -154,28 +155,122 @@ static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
     p->divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0;
 }
 
+/* Connect every channel's tree on first use (all ranks reach this in the same call: they run the
+ * same collective and the tuner picks the same algorithm everywhere). */
+static chorusResult_t connect_trees(chorusComm_t comm)
+{
+    if (comm->trees_connected || comm->nranks == 1)
+        return chorusSuccess;
+    conn_req_t reqs[MAX_CHANNELS * 2 * (TREE_MAX_DOWN + 1)];
+    int n = 0;
+    size_t slot = (size_t)(comm->params.buffsize / comm->params.steps);
+    for (int c = 0; c < comm->nchannels; c++) {
+        channel_t *ch = &comm->channels[c];
+        if (ch->tree.up >= 0) {
+            reqs[n++] =
+                (conn_req_t){CONN_SEND, ch->tree.up, TREE_UP_TAG(c), slot, &ch->tree_up_send};
+            reqs[n++] =
+                (conn_req_t){CONN_RECV, ch->tree.up, TREE_DOWN_TAG(c), slot, &ch->tree_down_recv};
+        }
+        for (int i = 0; i < ch->tree.ndown; i++) {
+            reqs[n++] = (conn_req_t){CONN_RECV, ch->tree.down[i], TREE_UP_TAG(c), slot,
+                                     &ch->tree_up_recv[i]};
+            reqs[n++] = (conn_req_t){CONN_SEND, ch->tree.down[i], TREE_DOWN_TAG(c), slot,
+                                     &ch->tree_down_send[i]};
+        }
+    }
+    CHECK(comm_connect(comm, reqs, n));
+    comm->trees_connected = 1;
+    return chorusSuccess;
+}
+
+static void tree_view(const tree_t *t, comm_conn_t *up_send, comm_conn_t *down_recv,
+                      comm_conn_t *const *up_recv, comm_conn_t *const *down_send, tree_conns_t *v)
+{
+    memset(v, 0, sizeof(*v));
+    v->up_send = t->up >= 0 ? &up_send->conn : NULL;
+    v->down_recv = t->up >= 0 ? &down_recv->conn : NULL;
+    v->ndown = t->ndown;
+    for (int i = 0; i < t->ndown; i++) {
+        v->up_recv[i] = &up_recv[i]->conn;
+        v->down_send[i] = &down_send[i]->conn;
+    }
+}
+
+static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, conn_req_t *reqs, int *n);
+
+/* Broadcast or Reduce over a tree rooted at the call's root (tree.c), on one channel made of the
+ * point-to-point connections of its edges (built on first contact, as for send/recv). */
+static chorusResult_t run_rooted_tree(chorusComm_t comm, const coll_args_t *a)
+{
+    tree_t t;
+    CHECK(graph_build_tree(comm->nranks, comm->rank, comm->host_of, 0, a->root, &t));
+    conn_req_t reqs[2 * (TREE_MAX_DOWN + 1)];
+    int nreq = 0;
+    if (t.up >= 0) {
+        want_conn(comm, CONN_SEND, t.up, reqs, &nreq);
+        want_conn(comm, CONN_RECV, t.up, reqs, &nreq);
+    }
+    for (int i = 0; i < t.ndown; i++) {
+        want_conn(comm, CONN_SEND, t.down[i], reqs, &nreq);
+        want_conn(comm, CONN_RECV, t.down[i], reqs, &nreq);
+    }
+    if (nreq > 0)
+        CHECK(comm_connect(comm, reqs, nreq));
+    comm_conn_t *up_recv[TREE_MAX_DOWN], *down_send[TREE_MAX_DOWN];
+    for (int i = 0; i < t.ndown; i++) {
+        up_recv[i] = &comm->p2p_recv[t.down[i]];
+        down_send[i] = &comm->p2p_send[t.down[i]];
+    }
+    int up = t.up >= 0 ? t.up : comm->rank;
+    tree_conns_t view;
+    tree_view(&t, &comm->p2p_send[up], &comm->p2p_recv[up], up_recv, down_send, &view);
+    channel_work_t w;
+    memset(&w, 0, sizeof(w));
+    fill_prims(comm, a, &w.prims);
+    w.tree = &view;
+    w.args = a;
+    w.nchannels = 1;
+    return algo_program(a->kind, 1)(&w);
+}
+
 static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
 {
     size_t esize = dtype_nbytes(a->dtype);
+    tune_choice_t choice = tune_pick(&comm->tuner, a->kind, a->count * esize);
+    int tree = choice.algo == ALGO_TREE && comm->nranks > 1;
     int nch = comm->nchannels;
-    if (!comm->nchannels_forced) {
-        /* Small calls do not pay for waking channel workers. */
-        size_t total = a->count * esize * (a->kind == COLL_ALLGATHER ? comm->nranks : 1);
-        size_t want = total / (256 * 1024);
-        if (want < (size_t)nch)
-            nch = want < 1 ? 1 : (int)want;
-    }
+    if (!comm->nchannels_forced && choice.nchannels < nch)
+        nch = choice.nchannels < 1 ? 1 : choice.nchannels;
+    TRACE(SUB_TUNING, "%s of %zu bytes: %s on %d channel(s), model %.1f us", coll_name(a->kind),
+          a->count * esize, algo_name(choice.algo), nch, choice.predicted_us);
+    if (tree && a->kind != COLL_ALLREDUCE)
+        return run_rooted_tree(comm, a);
+    if (tree)
+        CHECK(connect_trees(comm));
     coll_task_t tasks[MAX_CHANNELS];
+    tree_conns_t views[MAX_CHANNELS];
     for (int c = 0; c < nch; c++) {
         channel_t *ch = &comm->channels[c];
         fill_prims(comm, a, &tasks[c].work.prims);
         tasks[c].work.prims.send = comm->nranks > 1 ? &ch->send.conn : NULL;
         tasks[c].work.prims.recv = comm->nranks > 1 ? &ch->recv.conn : NULL;
         tasks[c].work.ring = &ch->ring;
+        tasks[c].work.tree = NULL;
+        if (tree) {
+            comm_conn_t *up_recv[TREE_MAX_DOWN], *down_send[TREE_MAX_DOWN];
+            for (int i = 0; i < TREE_MAX_DOWN; i++) {
+                up_recv[i] = &ch->tree_up_recv[i];
+                down_send[i] = &ch->tree_down_send[i];
+            }
+            tree_view(&ch->tree, &ch->tree_up_send, &ch->tree_down_recv, up_recv, down_send,
+                      &views[c]);
+            tasks[c].work.tree = &views[c];
+        }
         tasks[c].work.args = a;
         tasks[c].work.channel = c;
         tasks[c].work.nchannels = nch;
-        tasks[c].program = algo_program(a->kind);
+        tasks[c].program = algo_program(a->kind, tree);
         tasks[c].abort_flag = &comm->abort_flag;
     }
     return exec_pool_run(comm->pool, nch, run_channel, tasks, sizeof(coll_task_t));
@@ -277,6 +372,7 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
      * collectives stand between them. Every rank orders its group the same way. */
     comm_op_t *p2p = NULL;
     int np2p = 0;
+    transport_ops_begin(&comm->tc);
     for (int i = 0; i < n && res == chorusSuccess; i++) {
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
             res = ERR(chorusInvalidUsage, SUB_COLL,
@@ -295,6 +391,13 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     }
     if (res == chorusSuccess && np2p > 0)
         res = run_p2p(comm, p2p, np2p);
+    transport_ops_end(&comm->tc);
+    /* A failure the proxy thread saw is the cause; the executor only saw the abort it raised. */
+    if (res != chorusSuccess) {
+        chorusResult_t cause = transport_comm_error(&comm->tc);
+        if (cause != chorusSuccess)
+            res = cause;
+    }
     free(p2p);
     pthread_mutex_unlock(&comm->exec_lock);
     return res;
@@ -369,4 +472,31 @@ chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatyp
                           chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_RECV, NULL, recvbuff, count, datatype, chorusSum, peer);
+}
+
+chorusResult_t chorusCommTuningInfo(chorusComm_t comm, const char *coll, size_t count,
+                                    chorusDataType_t datatype, const char **algo,
+                                    double *predictedUs)
+{
+    static const char *names[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter"};
+    CHECK(comm_check(comm, "chorusCommTuningInfo"));
+    int kind = -1;
+    for (int i = 0; coll != NULL && i < 5; i++)
+        if (strcasecmp(coll, names[i]) == 0)
+            kind = i;
+    if (kind < 0)
+        return comm_api_return(
+            comm, ERR(chorusInvalidArgument, SUB_TUNING,
+                      "chorusCommTuningInfo (rank %d): coll \"%s\" is not one of allreduce, "
+                      "broadcast, reduce, allgather, reducescatter",
+                      comm->rank, coll ? coll : "(null)"));
+    if ((unsigned)datatype >= chorusNumTypes || algo == NULL || predictedUs == NULL)
+        return comm_api_return(
+            comm, ERR(chorusInvalidArgument, SUB_TUNING,
+                      "chorusCommTuningInfo (rank %d): bad datatype %d or NULL output pointer",
+                      comm->rank, (int)datatype));
+    tune_choice_t c = tune_pick(&comm->tuner, (coll_kind_t)kind, count * dtype_nbytes(datatype));
+    *algo = algo_name(c.algo);
+    *predictedUs = c.predicted_us;
+    return chorusSuccess;
 }

@@ -49,6 +49,39 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
         snprintf(info->hostid, sizeof(info->hostid), "%s/%s", host, boot_id);
     }
     info->hostid_hash = fnv1a(info->hostid, 0xcbf29ce484222325ull);
+    const topo_t *topo = comm->topo;
+    if (topo != NULL) {
+        info->numa_node = topo->numa_node;
+        info->ncores = topo->ncores;
+        for (int d = 0; d < topo->ndevs; d++) {
+            if (topo->devs[d].kind == TOPO_DEV_GPU) {
+                info->ngpus++;
+                continue;
+            }
+            if (info->nnics < PEER_MAX_NICS)
+                snprintf(info->nics[info->nnics], PEER_NIC_NAME_BYTES, "%s", topo->devs[d].name);
+            info->nnics++;
+        }
+    }
+}
+
+/* One GRAPH line per channel: the ring and this rank's place in the channel's tree. */
+static void log_graph(chorusComm_t comm, int c)
+{
+    if (debug_level < LOG_INFO || !(debug_subsys & SUB_GRAPH))
+        return;
+    channel_t *ch = &comm->channels[c];
+    char buf[512];
+    size_t len = 0;
+    for (int i = 0; i < ch->ring.nranks && len < sizeof(buf) - 16; i++)
+        len += (size_t)snprintf(buf + len, sizeof(buf) - len, " %d", ch->ring.ranks[i]);
+    INFO(SUB_GRAPH, "channel %d ring:%s", c, buf);
+    len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ch->tree.ndown; i++)
+        len += (size_t)snprintf(buf + len, sizeof(buf) - len, " %d", ch->tree.down[i]);
+    INFO(SUB_GRAPH, "channel %d tree %d: rank %d up %d down%s", c, c % 2, comm->rank, ch->tree.up,
+         ch->tree.ndown ? buf : " none");
 }
 
 /* Apply config fields that are set (not CHORUS_CONFIG_UNDEF_INT) over the environment's values. */
@@ -102,10 +135,11 @@ static chorusResult_t check_fifo_params(const params_t *p)
 static chorusResult_t setup_channels(chorusComm_t comm)
 {
     int n = comm->nranks;
-    int *host_of = malloc(sizeof(int) * n);
-    conn_req_t *reqs = malloc(sizeof(conn_req_t) * 2 * comm->nchannels);
+    int *host_of = comm->host_of = malloc(sizeof(int) * n);
+    int *nlocal = calloc(n, sizeof(int));
+    conn_req_t *reqs = malloc(sizeof(conn_req_t) * 2 * MAX_CHANNELS);
     chorusResult_t res = chorusSuccess;
-    if (host_of == NULL || reqs == NULL) {
+    if (host_of == NULL || reqs == NULL || nlocal == NULL) {
         res = ERR(chorusSystemError, SUB_INIT, "out of memory");
         goto out;
     }
@@ -117,12 +151,22 @@ static chorusResult_t setup_channels(chorusComm_t comm)
                 host_of[r] = host_of[q];
         if (host_of[r] < 0)
             host_of[r] = nhosts++;
+        if (++nlocal[host_of[r]] > comm->max_local)
+            comm->max_local = nlocal[host_of[r]];
     }
+    comm->nhosts = nhosts;
+    /* Across hosts, two channels by default: one per tree of the double binary tree, and two
+     * rings whose traffic the proxy can overlap. */
+    if (!comm->nchannels_forced && nhosts > 1 && comm->nchannels < 2 &&
+        comm->params.max_nchannels >= 2)
+        comm->nchannels = 2;
     int nreq = 0;
     size_t slot = (size_t)(comm->params.buffsize / comm->params.steps);
     for (int c = 0; c < comm->nchannels; c++) {
         channel_t *ch = &comm->channels[c];
         CHECK_GOTO(graph_build_ring(n, comm->rank, host_of, &ch->ring), res, out);
+        CHECK_GOTO(graph_build_tree(n, comm->rank, host_of, c % 2, -1, &ch->tree), res, out);
+        log_graph(comm, c);
         if (n == 1)
             continue;
         int next = ch->ring.ranks[(ch->ring.index + 1) % n];
@@ -134,9 +178,37 @@ static chorusResult_t setup_channels(chorusComm_t comm)
     INFO(SUB_INIT, "%d ranks on %d host(s), %d channel(s), FIFO %lld x %zu bytes", n, nhosts,
          comm->nchannels, (long long)comm->params.steps, slot);
 out:
-    free(host_of);
+    free(nlocal);
     free(reqs);
     return res;
+}
+
+/* The tuner sees ranks, hosts and the slowest link the net plugin reports. */
+static chorusResult_t setup_tuner(chorusComm_t comm)
+{
+    tune_topo_t t = {.nranks = comm->nranks,
+                     .nhosts = comm->nhosts,
+                     .max_local = comm->max_local,
+                     .max_channels = comm->nchannels,
+                     .host_cores = comm->topo != NULL ? CPU_COUNT(&comm->topo->cpus) : 0,
+                     .slice_nbytes = (size_t)(comm->params.buffsize / comm->params.steps)};
+    transport_net_speed(&comm->tc, &t.net_gbps, &t.net_latency_us);
+    CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
+    if (comm->rank == 0)
+        tune_log(&comm->tuner);
+    return chorusSuccess;
+}
+
+/* Read the host's topology: an error when CHORUS_TOPO_FILE names a file that fails, else a
+ * warning (a communicator works without it: no proxy binding, no device list). */
+static chorusResult_t setup_topo(chorusComm_t comm)
+{
+    chorusResult_t res = topo_load(&comm->params, &comm->topo);
+    if (res == chorusSuccess || comm->params.topo_file[0] != '\0')
+        return res;
+    WARN(SUB_GRAPH, "host topology unavailable (%s); continuing without it", debug_last_error());
+    comm->topo = NULL;
+    return chorusSuccess;
 }
 
 chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, int rank,
@@ -179,6 +251,12 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
         res = ERR(chorusSystemError, SUB_INIT, "out of memory for %d ranks", nranks);
         goto err;
     }
+    comm->tc = (transport_comm_t){.params = &comm->params,
+                                  .abort_flag = &comm->abort_flag,
+                                  .timeout_ms = comm->timeout_ms,
+                                  .rank = rank};
+    CHECK_GOTO(setup_topo(comm), res, err);
+    comm->tc.topo = comm->topo;
     fill_peer_info(comm, &comm->peers[rank]);
     CHECK_GOTO(boot_allgather(comm->boot, comm->peers, sizeof(peer_info_t)), res, err);
     for (int r = 0; r < nranks; r++)
@@ -188,6 +266,7 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
             goto err;
         }
     CHECK_GOTO(setup_channels(comm), res, err);
+    CHECK_GOTO(setup_tuner(comm), res, err);
     CHECK_GOTO(exec_pool_create(comm->nchannels - 1, &comm->pool), res, err);
     CHECK_GOTO(boot_barrier(comm->boot), res, err);
     INFO(SUB_INIT, "communicator ready: rank %d of %d, pid %d, host %s", rank, nranks,
@@ -207,12 +286,21 @@ void comm_free(chorusComm_t comm)
     for (int c = 0; c < MAX_CHANNELS; c++) {
         comm_conn_close(&comm->channels[c].send);
         comm_conn_close(&comm->channels[c].recv);
+        comm_conn_close(&comm->channels[c].tree_up_send);
+        comm_conn_close(&comm->channels[c].tree_down_recv);
+        for (int i = 0; i < TREE_MAX_DOWN; i++) {
+            comm_conn_close(&comm->channels[c].tree_up_recv[i]);
+            comm_conn_close(&comm->channels[c].tree_down_send[i]);
+        }
         graph_free_ring(&comm->channels[c].ring);
     }
     for (int r = 0; comm->p2p_send && r < comm->nranks; r++) {
         comm_conn_close(&comm->p2p_send[r]);
         comm_conn_close(&comm->p2p_recv[r]);
     }
+    transport_comm_free(&comm->tc);
+    topo_free(comm->topo);
+    free(comm->host_of);
     boot_close(comm->boot);
     free(comm->peers);
     free(comm->p2p_send);

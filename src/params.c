@@ -32,7 +32,8 @@ static const param_def_t param_table[] = {
     {"CHORUS_DEBUG", PT_STR, "WARN", 0, 0, NONE,
      "log level: VERSION, WARN, INFO (also lists the variables set), TRACE"},
     {"CHORUS_DEBUG_SUBSYS", PT_STR, "ALL", 0, 0, NONE,
-     "comma list of INIT,COLL,P2P,SHM,NET,BOOT,ENV,ALLOC,GRAPH,TUNING,PROXY,ALL; ^ in front excludes"},
+     "comma list of INIT,COLL,P2P,SHM,NET,BOOT,ENV,ALLOC,GRAPH,TUNING,PROXY,ALL; ^ in front "
+     "excludes"},
     {"CHORUS_DEBUG_FILE", PT_STR, "", 0, 0, NONE,
      "write logs to this file instead of stderr (%h: host, %p: pid)"},
     {"CHORUS_TIMEOUT_MS", PT_INT, "600000", 1, BIG, OFF(timeout_ms),

@@ -111,6 +111,53 @@ chorusResult_t sock_pick_addr(const char *ifname_spec, sock_addr_t *addr_p, char
     return chorusSuccess;
 }
 
+chorusResult_t sock_list_addrs(const char *ifname_spec, int max, sock_addr_t *addrs, char *names,
+                               size_t name_len, int *count_p)
+{
+    if (ifname_spec == NULL || ifname_spec[0] == '\0') {
+        if (max < 1) {
+            *count_p = 0;
+            return chorusSuccess;
+        }
+        CHECK(sock_pick_addr(ifname_spec, &addrs[0], names, name_len));
+        *count_p = 1;
+        return chorusSuccess;
+    }
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0)
+        return ERR(chorusSystemError, SUB_NET, "getifaddrs failed: %s", strerror(errno));
+    int n = 0;
+    /* IPv4 addresses first, then IPv6 for interfaces that have no IPv4 one: the same preference as
+     * sock_pick_addr, so entry 0 is the address the bootstrap picks for this spec. */
+    for (int family = AF_INET;; family = AF_INET6) {
+        for (const struct ifaddrs *i = ifs; i && n < max; i = i->ifa_next) {
+            if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family || !(i->ifa_flags & IFF_UP))
+                continue;
+            if (family == AF_INET6 &&
+                IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr))
+                continue;
+            if (!ifname_matches(ifname_spec, i->ifa_name))
+                continue;
+            int seen = 0;
+            for (int j = 0; j < n; j++)
+                if (strncmp(names + (size_t)j * name_len, i->ifa_name, name_len - 1) == 0)
+                    seen = 1;
+            if (seen)
+                continue;
+            memset(&addrs[n], 0, sizeof(addrs[n]));
+            memcpy(&addrs[n], i->ifa_addr,
+                   family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+            snprintf(names + (size_t)n * name_len, name_len, "%s", i->ifa_name);
+            n++;
+        }
+        if (family == AF_INET6)
+            break;
+    }
+    freeifaddrs(ifs);
+    *count_p = n;
+    return chorusSuccess;
+}
+
 chorusResult_t sock_resolve(const char *host, int port, sock_addr_t *addr_p)
 {
     struct addrinfo hints, *res = NULL;

@@ -23,6 +23,11 @@ _Static_assert(sizeof(sock_addr_t) == 28, "sock_addr_t is a wire format");
  * = exact), else the first up non-loopback interface, else loopback. Port 0. */
 chorusResult_t sock_pick_addr(const char *ifname_spec, sock_addr_t *addr_p, char *ifname_p,
                               size_t ifname_len);
+/* Every up interface the spec matches, one address each (IPv4 preferred, else a non-link-local
+ * IPv6), in sock_pick_addr's order, at most max; with an empty spec, sock_pick_addr's one choice.
+ * *count_p = 0 (success) when nothing matches. names holds max strings of name_len bytes. */
+chorusResult_t sock_list_addrs(const char *ifname_spec, int max, sock_addr_t *addrs, char *names,
+                               size_t name_len, int *count_p);
 /* Resolve "host" and port into an address. */
 chorusResult_t sock_resolve(const char *host, int port, sock_addr_t *addr_p);
 /* Listen on addr (port 0: any free port); *bound_p is the address peers should connect to. */

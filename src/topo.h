@@ -38,7 +38,7 @@ typedef struct topo_dev {
     char name[TOPO_NAME_BYTES]; /* NIC: OS name (eth0, mlx5_0); GPU: OS name (cuda0, nvml0, ...) */
     char busid[TOPO_NAME_BYTES]; /* PCI bus id "0000:07:00.0"; "" for a virtual NIC */
     int numa_node; /* OS index of the nearest NUMA node; -1 when unknown */
-    cpu_set_t cpus; /* cores local to the device (empty when unknown) */
+    cpu_set_t cpus; /* cores local to the device, OS indexes (empty when unknown) */
 } topo_dev_t;
 
 typedef struct topo {
@@ -64,14 +64,15 @@ void topo_free(topo_t *topo);
 int topo_find_dev(const topo_t *topo, topo_dev_kind_t kind, int n);
 /* Index in devs[] of the device called name (a NIC's interface or a GPU's OS name), -1 if none. */
 int topo_find_dev_by_name(const topo_t *topo, const char *name);
-/* The NIC closest to devs[dev] (smallest path type, ties to the lower index); -1 when none. */
+/* The NIC closest to devs[dev] (smallest path type, ties to the lower index; a NIC's is itself);
+ * -1 when none. */
 int topo_nearest_nic(const topo_t *topo, int dev);
 /* Cores a helper thread serving devs[dev] should run on: the device's local cores that are also
  * in this process's binding; when that is empty, the process's binding. */
 void topo_cpus_near(const topo_t *topo, int dev, cpu_set_t *cpus_p);
 /* "PIX", "PXB", ... for logs. */
 const char *topo_path_name(topo_path_t path);
-/* "0-3,8-11" for logs. */
+/* "0-3,8-11" for logs (OS indexes; "none" for an empty set). */
 const char *topo_cpus_str(const cpu_set_t *cpus, char *buf, size_t len);
 
 #endif /* CHORUS_TOPO_H */

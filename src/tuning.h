@@ -10,6 +10,12 @@
  * (case-insensitive; a per-collective list names collectives by NCCL's names: allreduce,
  * broadcast, reduce, allgather, reducescatter; collectives not listed keep every algorithm).
  * Chorus has one protocol, Simple: CHORUS_PROTO that allows only LL/LL128 is an error that says so.
+ * NCCL algorithm names Chorus lacks (collnet, collnetdirect, collnetchain, nvls, nvlstree, pat) are
+ * accepted in an exclusion and refused when they are all a collective asks for.
+ *
+ * A collective left without an allowed algorithm that serves it (CHORUS_ALGO=tree and allgather,
+ * which only ring serves) is not an error: tune_pick uses ring for it, and tune_init says so once
+ * at INFO.
  */
 #ifndef CHORUS_TUNING_H
 #define CHORUS_TUNING_H
@@ -22,7 +28,8 @@
 typedef enum { ALGO_RING = 0, ALGO_TREE = 1, ALGO_COUNT } algo_t;
 typedef enum { PROTO_SIMPLE = 0, PROTO_LL = 1, PROTO_LL128 = 2, PROTO_COUNT } proto_t;
 
-#define TUNE_NCOLLS 5 /* allreduce, broadcast, reduce, allgather, reducescatter (coll_kind_t order) */
+#define TUNE_NCOLLS                                                                                \
+    5 /* allreduce, broadcast, reduce, allgather, reducescatter (coll_kind_t order) */
 
 /* What the model knows about the communicator. */
 typedef struct tune_topo {
@@ -30,8 +37,11 @@ typedef struct tune_topo {
     int nhosts;
     int max_local; /* most ranks on one host */
     int max_channels; /* channels the communicator has */
-    double net_gbps; /* slowest inter-host link in Gbit/s as the net plugin reports it; 0: unknown */
+    double
+        net_gbps; /* slowest inter-host link in Gbit/s as the net plugin reports it; 0: unknown */
     double net_latency_us; /* its one-way latency; 0: unknown */
+    int host_cores; /* cores the ranks of one host share (0: unknown, taken as enough) */
+    size_t slice_nbytes; /* pipelining slice, CHORUS_BUFFSIZE / CHORUS_STEPS (0: 512 KiB) */
 } tune_topo_t;
 
 typedef struct tuner {
@@ -52,15 +62,14 @@ chorusResult_t tune_parse_algo(const char *var, const char *spec, unsigned mask[
 chorusResult_t tune_parse_proto(const char *var, const char *spec, unsigned *mask_p);
 
 /* Build a tuner; algo/proto are the CHORUS_ALGO / CHORUS_PROTO values. */
-chorusResult_t tune_init(const tune_topo_t *topo, const char *algo, const char *proto,
-                         tuner_t *t);
+chorusResult_t tune_init(const tune_topo_t *topo, const char *algo, const char *proto, tuner_t *t);
 /* Which algorithms serve a collective at all (ring for all five; tree for allreduce, broadcast,
  * reduce). */
 unsigned tune_algos_serving(coll_kind_t kind);
 /* The model's time in microseconds for kind, algorithm and channel count; nbytes is the call's
- * count times the element size (per rank, as NCCL counts it: allgather's send count). */
-double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbytes,
-                    int nchannels);
+ * count times the element size (per rank, as NCCL counts it: allgather's send count,
+ * reducescatter's receive count). HUGE_VAL when algo does not serve kind. */
+double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbytes, int nchannels);
 /* The choice for one call: the allowed algorithm with the lowest prediction, and its channels. */
 tune_choice_t tune_pick(const tuner_t *t, coll_kind_t kind, size_t nbytes);
 /* Log the tuner's table at INFO (subsystem TUNING). */

@@ -27,6 +27,7 @@
 #ifndef CHORUS_NET_H
 #define CHORUS_NET_H
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -73,8 +74,7 @@ typedef struct net_plugin {
     /* Receiving end: start listening on dev; fill the handle for the connector. */
     chorusResult_t (*listen)(void *ctx, int dev, net_handle_t *handle_p, void **listen_comm_p);
     /* Sending end: connect to the listener described by handle. */
-    chorusResult_t (*connect)(void *ctx, int dev, const net_handle_t *handle,
-                              void **send_comm_p);
+    chorusResult_t (*connect)(void *ctx, int dev, const net_handle_t *handle, void **send_comm_p);
     /* Receiving end: wait for the connector of this listen_comm. */
     chorusResult_t (*accept)(void *listen_comm, void **recv_comm_p);
     /* Register a buffer for isend/irecv (sockets: nothing to do; IB: ibv_reg_mr). */
@@ -86,6 +86,11 @@ typedef struct net_plugin {
                             void **request_p);
     /* *done_p = 1 once the request finished; *size_p = bytes moved (received size for irecv). */
     chorusResult_t (*test)(void *request, int *done_p, size_t *size_p);
+    /* Optional (NULL: the proxy naps instead): the file descriptors whose readiness would let
+     * test() move this send or recv comm now, with the poll events to wait for; returns how many
+     * it wrote (at most max; 0 when the comm waits for nothing). The proxy sleeps in poll() on
+     * them when no connection moves, so a plugin that cannot name such fds must return -1. */
+    int (*poll_fds)(void *comm, struct pollfd *fds, int max);
     /* Close one end; outstanding requests are dropped. Never fails loudly (WARN only). */
     void (*close_send)(void *send_comm);
     void (*close_recv)(void *recv_comm);

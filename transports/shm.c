@@ -160,4 +160,3 @@ const transport_ops_t shm_transport = {
     .close = shm_close,
 };
 
-const transport_ops_t *const transport_table[] = {&shm_transport, NULL};

@@ -20,6 +20,8 @@
 
 #define TRANSPORT_HANDLE_BYTES 128
 #define PEER_HOSTID_BYTES 128
+#define PEER_MAX_NICS 4
+#define PEER_NIC_NAME_BYTES 16
 
 /* What every rank tells every other at init (all-gathered over the bootstrap). */
 typedef struct peer_info {
@@ -28,8 +30,26 @@ typedef struct peer_info {
     uint64_t hostid_hash;
     char hostid[PEER_HOSTID_BYTES]; /* hostname + boot id, or CHORUS_HOSTID */
     int32_t cuda_dev; /* -1: host only */
-    int32_t numa_node;
+    int32_t numa_node; /* NUMA node the rank is bound inside; -1: several or unknown */
+    int32_t ncores; /* physical cores of its host */
+    int32_t ngpus; /* GPUs of its host */
+    int32_t nnics; /* NICs of its host (names of the first PEER_MAX_NICS below) */
+    char nics[PEER_MAX_NICS][PEER_NIC_NAME_BYTES];
 } peer_info_t;
+
+struct net_state;
+struct topo;
+
+/* What transports share per communicator: its settings, its abort flag, and state a transport
+ * builds on first use (the net transport's plugin context and proxy thread). */
+typedef struct transport_comm {
+    const struct params *params;
+    uint32_t *abort_flag;
+    int64_t timeout_ms;
+    int rank;
+    const struct topo *topo; /* NULL when the topology could not be read */
+    struct net_state *net; /* built by the net transport on its first connection */
+} transport_comm_t;
 
 typedef struct transport_handle {
     char bytes[TRANSPORT_HANDLE_BYTES];
@@ -45,6 +65,7 @@ typedef struct conn_setup {
     size_t slot_nbytes;
     int steps;
     int tag; /* distinguishes the connections of one pair (channel, p2p) in names and logs */
+    transport_comm_t *tc;
 } conn_setup_t;
 
 /* Transport-private state of one end, kept by the core beside the conn_t. */
@@ -70,6 +91,20 @@ typedef struct transport_ops {
 } transport_ops_t;
 
 extern const transport_ops_t shm_transport;
+extern const transport_ops_t net_transport;
+
+/* The communicator is about to run operations / has finished them: the net transport's proxy
+ * thread works between the two and sleeps otherwise. Cheap no-ops without net connections. */
+void transport_ops_begin(transport_comm_t *tc);
+void transport_ops_end(transport_comm_t *tc);
+/* An error the proxy thread saw (chorusSuccess if none); its text goes to the thread's last error
+ * through ERR, so the failed call reports the proxy's cause rather than "aborted". */
+chorusResult_t transport_comm_error(transport_comm_t *tc);
+/* The net plugin's link speed (Gbit/s) and latency (us) when a net connection exists; zeros
+ * otherwise. */
+void transport_net_speed(const transport_comm_t *tc, double *gbps_p, double *latency_us_p);
+/* Stop the proxy thread and release the plugin context (after every connection is closed). */
+void transport_comm_free(transport_comm_t *tc);
 
 /* Transports in order of preference; NULL-terminated. */
 extern const transport_ops_t *const transport_table[];
