@@ -283,6 +283,9 @@ void comm_free(chorusComm_t comm)
     if (comm == NULL)
         return;
     exec_pool_destroy(comm->pool);
+    /* A rank's last operation returns once its data is in its FIFOs; over net the proxy may still
+     * be sending it. Closing now would cut the peer off (it saw "peer closed"). */
+    transport_comm_drain(&comm->tc, comm->timeout_ms < 30000 ? comm->timeout_ms : 30000);
     for (int c = 0; c < MAX_CHANNELS; c++) {
         comm_conn_close(&comm->channels[c].send);
         comm_conn_close(&comm->channels[c].recv);

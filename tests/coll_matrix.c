@@ -8,9 +8,12 @@
  * including float16 and bfloat16, so any summation order gives the same bits; avg inputs sum to a
  * multiple of nranks, so the division is exact too.
  *
- * Ranks run as threads (--threads N, chorusCommInitAll) or as processes launched by mpirun (no
- * --threads). --counts a,b,c picks the counts; the environment (CHORUS_BUFFSIZE,
- * CHORUS_NCHANNELS) sets slice size and channels, so small buffers can cross many slices.
+ * Ranks run as threads (--threads N, chorusCommInitAll), as processes launched by mpirun (no
+ * --threads, WITH_MPI build), or as processes started by any launcher with CHORUS_RANK,
+ * CHORUS_NRANKS and CHORUS_ROOT set (--env, chorusCommInitEnv; tests/support/netns_run.sh starts
+ * them in network namespaces). --counts a,b,c picks the counts; the environment (CHORUS_BUFFSIZE,
+ * CHORUS_NCHANNELS, CHORUS_ALGO, CHORUS_HOSTID) sets slice size, channels, algorithm and host
+ * layout, so small buffers can cross many slices and ranks can sit on several (simulated) hosts.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -330,6 +333,42 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+/* --env: one rank per process, joined by chorusCommInitEnv. The failure and check counts are summed
+ * over the ranks with Chorus itself; if that sum fails, this rank counts the call as a failure so
+ * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
+static int env_main(long *failures_p, long *checks_p, int *me_p)
+{
+    chorusComm_t comm;
+    chorusResult_t res = chorusCommInitEnv(&comm);
+    if (res != chorusSuccess) {
+        fprintf(stderr, "chorusCommInitEnv: %s: %s\n", chorusGetErrorString(res),
+                chorusGetLastError(NULL));
+        return 1;
+    }
+    int me = 0, n = 0;
+    if (chorusCommUserRank(comm, &me) != chorusSuccess ||
+        chorusCommCount(comm, &n) != chorusSuccess) {
+        fprintf(stderr, "chorusCommUserRank/chorusCommCount failed\n");
+        chorusCommDestroy(comm);
+        return 1;
+    }
+    nranks_g = n;
+    ctx_t c = {me, n, comm, 0, 0};
+    run_matrix(&c);
+    int64_t sums[2] = {c.failures, c.checks};
+    if (call_ok(&c, chorusAllReduce(sums, sums, 2, chorusInt64, chorusSum, comm, NULL),
+                "AllReduce of the failure and check counts")) {
+        *failures_p = (long)sums[0];
+        *checks_p = (long)sums[1];
+    } else {
+        *failures_p = c.failures;
+        *checks_p = c.checks;
+    }
+    chorusCommDestroy(comm);
+    *me_p = me;
+    return 0;
+}
+
 static void parse_counts(const char *text)
 {
     ncounts = 0;
@@ -341,19 +380,29 @@ static void parse_counts(const char *text)
 
 int main(int argc, char **argv)
 {
-    int threads = 0;
+    int threads = 0, env = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--env") == 0)
+            env = 1;
         else if (strcmp(argv[i], "--counts") == 0 && i + 1 < argc)
             parse_counts(argv[++i]);
         else if (strcmp(argv[i], "--quick-large") == 0)
             quick = 1;
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--counts a,b,...] [--quick-large]\n",
+            fprintf(stderr,
+                    "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
+                    "  --threads N  N ranks as threads of this process\n"
+                    "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
+                    "  (neither)    one rank per process under mpirun (WITH_MPI build)\n",
                     argv[0]);
             return 2;
         }
+    }
+    if (threads > 0 && env) {
+        fprintf(stderr, "--threads and --env exclude each other\n");
+        return 2;
     }
     long failures = 0, checks = 0;
     int me = 0;
@@ -378,6 +427,9 @@ int main(int argc, char **argv)
             checks += ctx[i].checks;
             chorusCommDestroy(comms_g[i]);
         }
+    } else if (env) {
+        if (env_main(&failures, &checks, &me) != 0)
+            return 1;
     } else {
 #ifdef WITH_MPI
         MPI_Init(&argc, &argv);
@@ -397,13 +449,15 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.checks, &checks, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Finalize();
 #else
-        fprintf(stderr, "built without MPI: use --threads N\n");
+        fprintf(stderr, "built without MPI: use --threads N or --env\n");
         return 2;
 #endif
     }
     if (me == 0) {
         printf("%s: %d ranks (%s), counts", failures ? "FAIL" : "PASS", nranks_g,
-               threads ? "threads" : "processes");
+               threads ? "threads"
+               : env   ? "processes, env init"
+                       : "processes");
         for (int i = 0; i < ncounts; i++)
             printf(" %zu", counts[i]);
         printf(": %ld checks, %ld failures\n", checks, failures);

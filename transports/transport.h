@@ -103,6 +103,9 @@ chorusResult_t transport_comm_error(transport_comm_t *tc);
 /* The net plugin's link speed (Gbit/s) and latency (us) when a net connection exists; zeros
  * otherwise. */
 void transport_net_speed(const transport_comm_t *tc, double *gbps_p, double *latency_us_p);
+/* Wait (at most timeout_ms; not at all once aborted) until the proxy has handed every filled send
+ * slot to the wire: the last operation's data must leave before its connections close. */
+void transport_comm_drain(transport_comm_t *tc, int64_t timeout_ms);
 /* Stop the proxy thread and release the plugin context (after every connection is closed). */
 void transport_comm_free(transport_comm_t *tc);
 
