@@ -34,6 +34,12 @@ warmup=${WARMUP:-5}
 max_bytes=${MAX_BYTES:-16M}
 layouts=${LAYOUTS:-2x2 2x4 4x2}
 netem=${NETEM:-delay 50us rate 1gbit}
+# The rate in the spec, in Mb/s, for CHORUS_NET_SPEED_MBPS (0: none given, the NIC's own).
+speed_mbps=0
+if [[ $netem =~ rate\ ([0-9]+)(gbit|mbit) ]]; then
+    speed_mbps=${BASH_REMATCH[1]}
+    [ "${BASH_REMATCH[2]}" = gbit ] && speed_mbps=$((speed_mbps * 1000))
+fi
 run_timeout=${RUN_TIMEOUT:-900}
 perf=$build/perftests/all_reduce_perf
 stream=$build/perftests/tcp_stream
@@ -150,8 +156,9 @@ for layout in $layouts; do
     hosts=${layout%x*} per_host=${layout#*x}
     for algo in ring tree auto; do
         raw=$results/raw/$layout-$algo.txt
-        envs=()
-        [ "$algo" = auto ] || envs=(--env "CHORUS_ALGO=$algo")
+        # The shaped link's rate for the tuner: a veth says 10000 Mb/s whatever tbf does to it.
+        envs=(--env "CHORUS_NET_SPEED_MBPS=$speed_mbps")
+        [ "$algo" = auto ] || envs+=(--env "CHORUS_ALGO=$algo")
         echo "bench-net: $layout ($((hosts * per_host)) ranks), $algo ..." >&2
         rc=0
         netns_perf 8 "$raw" || rc=$?

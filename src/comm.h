@@ -60,6 +60,7 @@ struct chorusComm {
     int *host_of; /* [nranks]: host index of each rank (order of first appearance) */
     int nhosts;
     int max_local; /* most ranks on one host */
+    int machine_ranks; /* most ranks on one physical machine (CHORUS_HOSTID aside) */
     topo_t *topo; /* this rank's host; NULL when the live machine could not be read */
     transport_comm_t tc; /* what transports share (net plugin, proxy thread) */
     tuner_t tuner;

@@ -34,20 +34,19 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
     info->pid = (int32_t)getpid();
     info->cuda_dev = -1;
     info->numa_node = -1;
-    if (comm->params.hostid[0] != '\0') {
-        snprintf(info->hostid, sizeof(info->hostid), "%s", comm->params.hostid);
-    } else {
-        char host[64] = "", boot_id[64] = "";
-        gethostname(host, sizeof(host) - 1);
-        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-        if (f != NULL) {
-            if (fgets(boot_id, sizeof(boot_id), f) == NULL)
-                boot_id[0] = '\0';
-            fclose(f);
-            boot_id[strcspn(boot_id, "\n")] = '\0';
-        }
-        snprintf(info->hostid, sizeof(info->hostid), "%s/%s", host, boot_id);
+    char host[64] = "", boot_id[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(boot_id, sizeof(boot_id), f) == NULL)
+            boot_id[0] = '\0';
+        fclose(f);
+        boot_id[strcspn(boot_id, "\n")] = '\0';
     }
+    snprintf(info->hostid, sizeof(info->hostid), "%s/%s", host, boot_id);
+    info->machine_hash = fnv1a(info->hostid, 0xcbf29ce484222325ull);
+    if (comm->params.hostid[0] != '\0')
+        snprintf(info->hostid, sizeof(info->hostid), "%s", comm->params.hostid);
     info->hostid_hash = fnv1a(info->hostid, 0xcbf29ce484222325ull);
     const topo_t *topo = comm->topo;
     if (topo != NULL) {
@@ -154,6 +153,14 @@ static chorusResult_t setup_channels(chorusComm_t comm)
         if (++nlocal[host_of[r]] > comm->max_local)
             comm->max_local = nlocal[host_of[r]];
     }
+    /* Ranks per physical machine (hosts may be simulated with CHORUS_HOSTID): for the tuner. */
+    for (int r = 0; r < n; r++) {
+        int same = 0;
+        for (int q = 0; q < n; q++)
+            same += comm->peers[q].machine_hash == comm->peers[r].machine_hash;
+        if (same > comm->machine_ranks)
+            comm->machine_ranks = same;
+    }
     comm->nhosts = nhosts;
     /* Across hosts, two channels by default: one per tree of the double binary tree, and two
      * rings whose traffic the proxy can overlap. */
@@ -191,6 +198,7 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
                      .max_local = comm->max_local,
                      .max_channels = comm->nchannels,
                      .host_cores = comm->topo != NULL ? CPU_COUNT(&comm->topo->cpus) : 0,
+                     .machine_ranks = comm->machine_ranks,
                      .slice_nbytes = (size_t)(comm->params.buffsize / comm->params.steps)};
     transport_net_speed(&comm->tc, &t.net_gbps, &t.net_latency_us);
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));

@@ -63,6 +63,8 @@ static const param_def_t param_table[] = {
      "socket plugin: TCP sockets per helper thread of one connection (striped)"},
     {"CHORUS_SOCKET_NTHREADS", PT_INT, "0", 0, 16, OFF(socket_nthreads),
      "socket plugin: helper threads per connection; 0: the proxy thread does the I/O"},
+    {"CHORUS_NET_SPEED_MBPS", PT_INT, "0", 0, 1 << 30, OFF(net_speed_mbps),
+     "link speed the tuner assumes between hosts (Mb/s); 0: what the NIC reports"},
     {"CHORUS_ALGO", PT_STR, "", 0, 0, OFF(algo),
      "algorithms allowed: ring,tree; ^ excludes; per collective: allreduce:tree;broadcast:ring"},
     {"CHORUS_PROTO", PT_STR, "", 0, 0, OFF(proto),

@@ -32,6 +32,7 @@ typedef struct params {
     char net[PARAM_STR_MAX]; /* CHORUS_NET: force a net plugin by name ("" automatic) */
     int64_t nsocks_perthread; /* CHORUS_NSOCKS_PERTHREAD */
     int64_t socket_nthreads; /* CHORUS_SOCKET_NTHREADS */
+    int64_t net_speed_mbps; /* CHORUS_NET_SPEED_MBPS */
     char algo[PARAM_STR_MAX]; /* CHORUS_ALGO (NCCL syntax) */
     char proto[PARAM_STR_MAX]; /* CHORUS_PROTO (NCCL syntax) */
 } params_t;

@@ -117,9 +117,10 @@ typedef struct tune_consts {
                                 * in cache each core has its own. A bigger host has more */
     double oversub_eff; /* fit: with more threads than cores each thread gets cores/threads of
                          * a core times this (spinning and switching waste the rest) */
-    /* Net: defaults until the net transport runs; recalibrate from scripts/bench-net.sh. */
-    double net_alpha_us; /* default: a hop between hosts, TCP one way (8-byte loopback ping-pong
-                          * here: 20-30 us) plus the proxy handoff; + topo.net_latency_us */
+    /* Net: fitted on simulated hosts over loopback (see the opening comment's net table). */
+    double net_alpha_us; /* fit: a hop between hosts (executor -> proxy -> TCP -> proxy ->
+                          * executor), times threads / cores when oversubscribed;
+                          * + topo.net_latency_us */
     double net_sock_beta; /* default: what one channel's socket carries (tcp_stream, loopback,
                            * one connection: 2.6 GB/s here; 3.7 GB/s for 4 connections) */
     double net_default_gbps; /* default: link speed when the plugin reports none (NCCL's 10) */
@@ -137,7 +138,7 @@ static const tune_consts_t tune_k = {
     .shm_llc_nbytes = 32.0 * 1024 * 1024,
     .shm_host_beta_dram = 30000.0,
     .oversub_eff = 0.4,
-    .net_alpha_us = 25.0,
+    .net_alpha_us = 45.0,
     .net_sock_beta = 2600.0,
     .net_default_gbps = 10.0,
     .slice_nbytes = 512.0 * 1024,
@@ -415,8 +416,10 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
     if (algo == ALGO_TREE && kind != COLL_ALLREDUCE)
         C = 1; /* a rooted tree runs on one channel */
 
-    /* Shm: L ranks x C channel threads share the host's cores and memory. */
-    const int threads = L * C;
+    /* Shm: L ranks x C channel threads share the host's cores and memory (M ranks where hosts
+     * are simulated on one machine; across hosts each rank also runs a proxy thread). */
+    const int M = tp.machine_ranks > L ? tp.machine_ranks : L;
+    const int threads = M * C * (H > 1 ? 2 : 1);
     const int over = tp.host_cores > 0 && threads > tp.host_cores;
     const double a_shm = over ? k->shm_alpha_oversub_us : k->shm_alpha_us;
     const double host_buffers = (double)L * (gather ? (double)(n + 1) : 2.0) * nb;
@@ -430,7 +433,10 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
         return start + nb / C / b_shm; /* a local copy */
 
     /* Net: the link's bandwidth is shared by the channels crossing it, each at most a socket. */
-    const double a_net = k->net_alpha_us + tp.net_latency_us;
+    /* A net hop is a chain of wake-ups (executor, proxy, wire, proxy, executor): with more
+     * threads than cores each one waits for a core, in proportion to the excess. */
+    const double a_net =
+        k->net_alpha_us * (over ? (double)threads / tp.host_cores : 1.0) + tp.net_latency_us;
     const double link = (tp.net_gbps > 0 ? tp.net_gbps : k->net_default_gbps) * 1000.0 / 8.0;
     const double b_net = dmin(link / C, k->net_sock_beta);
     const double slice =

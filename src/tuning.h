@@ -41,6 +41,8 @@ typedef struct tune_topo {
         net_gbps; /* slowest inter-host link in Gbit/s as the net plugin reports it; 0: unknown */
     double net_latency_us; /* its one-way latency; 0: unknown */
     int host_cores; /* cores the ranks of one host share (0: unknown, taken as enough) */
+    int machine_ranks; /* most ranks on one physical machine, whatever CHORUS_HOSTID says: they
+                        * share its cores (simulated hosts on one box); 0: max_local */
     size_t slice_nbytes; /* pipelining slice, CHORUS_BUFFSIZE / CHORUS_STEPS (0: 512 KiB) */
 } tune_topo_t;
 

@@ -76,7 +76,11 @@ static net_config_t make_cfg(int npt, int nthr, int64_t timeout_ms,
                              const volatile uint32_t *abort_p)
 {
     static const volatile uint32_t never = 0;
-    net_config_t c = {"=lo", npt, nthr, timeout_ms, abort_p ? abort_p : &never, 0};
+    net_config_t c = {.ifname_spec = "=lo",
+                      .nsocks_perthread = npt,
+                      .nthreads = nthr,
+                      .timeout_ms = timeout_ms,
+                      .abort_flag = abort_p ? abort_p : &never};
     return c;
 }
 

@@ -352,6 +352,7 @@ static chorusResult_t net_state_get(transport_comm_t *tc, net_state_t **ns_p)
     net_config_t cfg = {.ifname_spec = p->socket_ifname,
                         .nsocks_perthread = (int)p->nsocks_perthread,
                         .nthreads = (int)p->socket_nthreads,
+                        .speed_mbps = (int)p->net_speed_mbps,
                         .timeout_ms = tc->timeout_ms,
                         .abort_flag = tc->abort_flag,
                         .rank = tc->rank};

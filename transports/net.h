@@ -41,6 +41,7 @@ typedef struct net_config {
     const char *ifname_spec; /* CHORUS_SOCKET_IFNAME (NCCL syntax); "" automatic */
     int nsocks_perthread; /* CHORUS_NSOCKS_PERTHREAD */
     int nthreads; /* CHORUS_SOCKET_NTHREADS; 0: I/O happens inside test() */
+    int speed_mbps; /* CHORUS_NET_SPEED_MBPS: the link speed to report; 0: what the system says */
     int64_t timeout_ms; /* bound of connect/accept */
     const volatile uint32_t *abort_flag; /* non-zero: give up */
     int rank; /* for logs */

@@ -273,7 +273,7 @@ static chorusResult_t ns_get_properties(void *vctx, int dev, net_props_t *props_
     snprintf(path, sizeof(path), "/sys/class/net/%s/device", ctx->names[dev]);
     if (realpath(path, real) != NULL)
         snprintf(p.pci_path, sizeof(p.pci_path), "%s", real);
-    p.speed_mbps = ns_read_speed(ctx->names[dev]);
+    p.speed_mbps = ctx->cfg.speed_mbps > 0 ? ctx->cfg.speed_mbps : ns_read_speed(ctx->names[dev]);
     /* A guess, for the tuner's latency term: a NIC behind a bus costs tens of microseconds through
      * the kernel stack and the wire; loopback and veth (no device) only the stack. */
     p.latency_us = p.pci_path[0] != '\0' ? 50.0 : 5.0;

@@ -28,6 +28,7 @@ typedef struct peer_info {
     int32_t rank;
     int32_t pid;
     uint64_t hostid_hash;
+    uint64_t machine_hash; /* hostname + boot id even when CHORUS_HOSTID overrides hostid */
     char hostid[PEER_HOSTID_BYTES]; /* hostname + boot id, or CHORUS_HOSTID */
     int32_t cuda_dev; /* -1: host only */
     int32_t numa_node; /* NUMA node the rank is bound inside; -1: several or unknown */
