@@ -42,7 +42,7 @@
  * says fewer is strictly faster: more threads than cores, a link or memory bandwidth already
  * full (then wake_us decides), a small call.
  *
- * Calibration (shm constants; net constants are defaults until the net transport runs):
+ * Calibration of the shm constants (the net ones: see the net table below):
  *
  *   cmake -S . -B build-tune -DCHORUS_WERROR=ON && cmake --build build-tune -j2
  *   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -88,6 +88,17 @@
  * measures their throughput and the model a call's latency; the oversubscribed regime (x1.9 on
  * rings), where a step costs a scheduler switch of 10 to 100 us; one rank (a memcpy, priced as
  * a FIFO pass: 3x high). Runs on this shared VM differ by up to 2x at 32 MiB.
+ *
+ * Net (net_alpha_us): fitted by hand on hosts simulated with CHORUS_HOSTID on this 2-core box,
+ * all_reduce_perf -b 8 -e 16M -f 8 -n 10 -w 3 launched by env (CHORUS_RANK/NRANKS/ROOT), ring
+ * and tree forced; 8-byte times (us), measured / model after the fit:
+ *   2 ranks, 2 hosts: ring 250-300 / 300;  4 ranks, 2 hosts x 2: ring 650-900 / 805, tree
+ *   650-840 / 537. A net hop there is a chain of wake-ups (executor, proxy, TCP, proxy, executor)
+ *   on cores the simulated hosts share, hence the cost scaled by threads / cores. The link's
+ *   bandwidth term is the plugin's speed (CHORUS_NET_SPEED_MBPS overrides it): in namespaces
+ *   shaped to 1 Gbit/s with that set, 2 hosts x 2 ranks at 2-16 MiB measured 26.2/105/212 ms
+ *   ring and 19.6/75.5/147 ms tree against a model of 25.8/101/202 and 21.9/72.2/140
+ *   (scripts/bench-net.sh; perftests/README.md has the whole table).
  */
 #include "tuning.h"
 

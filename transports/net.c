@@ -203,17 +203,18 @@ static int progress_all(net_state_t *ns, int active, int *busy_p)
 /* Sleep until a bell ring (an executor posted on a net FIFO, or an operation began) or until a
  * plugin fd is ready, at most timeout_ms. Returns 0 when a plugin cannot name its fds (the caller
  * naps instead). Called with the lock held; drops it while asleep. */
-static int proxy_sleep(net_state_t *ns, int active, int timeout_ms)
+static int proxy_sleep(net_state_t *ns, int active, int busy, int timeout_ms)
 {
     struct pollfd fds[256];
     int n = 0;
     fds[n++] = (struct pollfd){.fd = ns->bell.fd, .events = POLLIN};
-    for (int i = 0; active && i < ns->nconns; i++) {
+    for (int i = 0; (active || busy) && i < ns->nconns; i++) {
         net_conn_t *c = ns->conns[i];
-        if (c->failed || c->done == c->posted)
-            continue; /* nothing posted: only the executor (the bell) can give it work */
-        if (ns->plugin->poll_fds == NULL)
-            return 0;
+        if (c->failed || c->done == c->posted || (c->dir == CONN_RECV && !active))
+            continue; /* nothing posted (only the executor, by the bell, can give it work), or a
+                       * receive between operations (progress_all leaves those alone) */
+        if (ns->plugin->poll_fds == NULL || (int)(sizeof(fds) / sizeof(fds[0])) - n < 64)
+            return 0; /* no fds, or more than fit here: nap instead of sleeping blind */
         int k = ns->plugin->poll_fds(c->comm, fds + n, (int)(sizeof(fds) / sizeof(fds[0])) - n);
         if (k < 0)
             return 0;
@@ -279,7 +280,7 @@ static void *proxy_main(void *arg)
             continue;
         }
         int working = active || busy;
-        if (!proxy_sleep(ns, working, working ? 100 : 1000)) {
+        if (!proxy_sleep(ns, active, busy, working ? 100 : 1000)) {
             pthread_mutex_unlock(&ns->lock);
             nap_ns(20000);
             pthread_mutex_lock(&ns->lock);

@@ -159,4 +159,3 @@ const transport_ops_t shm_transport = {
     .connect = shm_connect,
     .close = shm_close,
 };
-
