@@ -432,7 +432,12 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
     const int M = tp.machine_ranks > L ? tp.machine_ranks : L;
     const int threads = M * C * (H > 1 ? 2 : 1);
     const int over = tp.host_cores > 0 && threads > tp.host_cores;
-    const double a_shm = over ? k->shm_alpha_oversub_us : k->shm_alpha_us;
+    /* Fitted at -np 3..4 on 2 cores (1.5-2 threads a core); beyond that a step waits for a core
+     * in proportion, as a net hop does (simulated hosts: 8 ranks and their proxies, 8 a core). */
+    const double over_ratio = over ? (double)threads / tp.host_cores : 1.0;
+    const double a_shm = over
+                             ? k->shm_alpha_oversub_us * (over_ratio > 2.0 ? over_ratio / 2.0 : 1.0)
+                             : k->shm_alpha_us;
     const double host_buffers = (double)L * (gather ? (double)(n + 1) : 2.0) * nb;
     const int dram = host_buffers > k->shm_llc_nbytes;
     const double beta = dram ? k->shm_beta_dram : k->shm_beta;
