@@ -16,17 +16,23 @@ static inline size_t slice_count(const prims_t *p, const conn_t *c)
     return c->slot_nbytes / p->esize;
 }
 
-static chorusResult_t wait_recv(prims_t *p, void **slot_p, size_t count)
+/* Wait for the next filled slot of c and check it holds count elements. */
+static chorusResult_t wait_recv_on(prims_t *p, conn_t *c, void **slot_p, size_t count)
 {
     uint32_t nbytes = 0;
-    p->wait.peer = p->recv->peer;
-    CHECK(fifo_wait_recv(p->recv, &p->wait, slot_p, &nbytes));
+    p->wait.peer = c->peer;
+    CHECK(fifo_wait_recv(c, &p->wait, slot_p, &nbytes));
     if (nbytes != count * p->esize)
         return ERR(chorusInvalidUsage, SUB_COLL,
                    "peer rank %d sent a %u-byte slice where %zu bytes were expected: the ranks "
                    "called the collective with different counts, datatypes or roots",
-                   p->recv->peer, nbytes, count * p->esize);
+                   c->peer, nbytes, count * p->esize);
     return chorusSuccess;
+}
+
+static chorusResult_t wait_recv(prims_t *p, void **slot_p, size_t count)
+{
+    return wait_recv_on(p, p->recv, slot_p, count);
 }
 
 static chorusResult_t wait_send(prims_t *p, void **slot_p)
@@ -171,50 +177,38 @@ chorusResult_t prims_tree(prims_t *p, conn_t *const *recvs, int nrecv, conn_t *c
     const char *s = src;
     char *d = dst;
     void *in[8], *out[8];
-    if (nrecv > 8 || nsend > 8)
-        return ERR(chorusInternalError, SUB_COLL, "prims_tree: %d/%d connections (at most 8)",
-                   nrecv, nsend);
+    if (nrecv > 8 || nsend > 8 || (src == NULL && nrecv == 0))
+        return ERR(chorusInternalError, SUB_COLL,
+                   "prims_tree: %d inputs and %d outputs (at most 8 each), src %s", nrecv, nsend,
+                   src ? "given" : "NULL");
     FOR_SLICES(p, c0, count, off, n)
     {
         size_t nb = n * p->esize;
-        for (int i = 0; i < nrecv; i++) {
-            uint32_t got = 0;
-            p->wait.peer = recvs[i]->peer;
-            CHECK(fifo_wait_recv(recvs[i], &p->wait, &in[i], &got));
-            if (got != nb)
-                return ERR(chorusInvalidUsage, SUB_COLL,
-                           "peer rank %d sent a %u-byte slice where %zu bytes were expected: the "
-                           "ranks called the collective with different counts, datatypes or roots",
-                           recvs[i]->peer, got, nb);
-        }
+        for (int i = 0; i < nrecv; i++)
+            CHECK(wait_recv_on(p, recvs[i], &in[i], n));
         for (int i = 0; i < nsend; i++) {
             p->wait.peer = sends[i]->peer;
             CHECK(fifo_wait_send(sends[i], &p->wait, &out[i]));
         }
-        /* The result is built in the first output (a send slot, else dst), then copied on. */
+        /* The result is built in the first output (a send slot, else dst), then copied on; a
+         * pure forward (one input, no src) copies the received slot itself. */
         char *t = nsend > 0 ? out[0] : d + off * p->esize;
         const char *sv = s != NULL ? s + off * p->esize : NULL;
-        int first = 0;
-        if (sv == NULL) {
-            if (nrecv == 0)
-                return ERR(chorusInternalError, SUB_COLL, "prims_tree without data");
-            if (nrecv == 1) {
-                t = in[0]; /* pure forward: copy the received slot to every output below */
-            } else {
-                p->ops->reduce(t, in[0], in[1], n, p->dtype, p->op);
-                first = 2;
-            }
-        } else if (nrecv == 0) {
-            if (t != sv)
-                p->ops->copy(t, sv, nb);
+        if (sv == NULL && nrecv == 1) {
+            t = in[0];
         } else {
-            p->ops->reduce(t, in[0], sv, n, p->dtype, p->op);
-            first = 1;
-        }
-        for (int i = first; i < nrecv && (sv != NULL || nrecv > 1); i++)
-            p->ops->reduce(t, t, in[i], n, p->dtype, p->op);
-        if (final && t != (char *)in[0])
+            const char *a = sv != NULL ? sv : in[0]; /* start value */
+            int first = sv != NULL ? 0 : 1; /* first received slice still to reduce */
+            if (first == nrecv) {
+                if (t != a)
+                    p->ops->copy(t, a, nb);
+            } else {
+                p->ops->reduce(t, in[first], a, n, p->dtype, p->op);
+                for (int i = first + 1; i < nrecv; i++)
+                    p->ops->reduce(t, t, in[i], n, p->dtype, p->op);
+            }
             finalize(p, t, n, final);
+        }
         if (d != NULL && t != d + off * p->esize)
             p->ops->copy(d + off * p->esize, t, nb);
         for (int i = 0; i < nsend; i++)
