@@ -21,71 +21,6 @@
 #include "debug.h"
 #include "fifo.h"
 
-void pending_add(pending_set_t *s, int fd, const sock_addr_t *from)
-{
-    if (s->n == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 16;
-        pending_t *items = realloc(s->items, sizeof(pending_t) * cap);
-        if (items == NULL) {
-            close(fd);
-            return;
-        }
-        s->items = items;
-        s->cap = cap;
-    }
-    pending_t *p = &s->items[s->n++];
-    memset(p, 0, sizeof(*p));
-    p->fd = fd;
-    p->from = *from;
-    p->deadline = fifo_now_ns() + HELLO_TIMEOUT_NS;
-}
-
-void pending_remove(pending_set_t *s, int i, int close_fd)
-{
-    if (close_fd)
-        close(s->items[i].fd);
-    s->items[i] = s->items[--s->n];
-}
-
-void pending_free(pending_set_t *s)
-{
-    while (s->n > 0)
-        pending_remove(s, s->n - 1, 1);
-    free(s->items);
-    s->items = NULL;
-    s->cap = 0;
-}
-
-void accept_all(int listen_fd, pending_set_t *s)
-{
-    for (;;) {
-        sock_addr_t from;
-        socklen_t len = sizeof(from);
-        memset(&from, 0, sizeof(from));
-        int fd = accept4(listen_fd, &from.sa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
-        pending_add(s, fd, &from);
-    }
-}
-
-int pending_read(pending_t *p, size_t want)
-{
-    ssize_t n = recv(p->fd, p->buf + p->got, want - p->got, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-        return -1;
-    if (n > 0)
-        p->got += (size_t)n;
-    return p->got == want ? 1 : 0;
-}
-
-void pending_refuse(const pending_t *p, const char *who, const char *why)
-{
-    char str[80];
-    WARN(SUB_BOOT, "%s refused a connection from %s: %s", who,
-         sock_addr_str(&p->from, str, sizeof(str)), why);
-}
-
 typedef struct root_args {
     int listen_fd;
     uint64_t secret;
@@ -108,7 +43,8 @@ static void *root_thread(void *arg)
             fds[nfds++] = (struct pollfd){pend.items[i].fd, POLLIN, 0};
         if (poll(fds, nfds, 100) < 0 && errno != EINTR)
             break;
-        accept_all(a.listen_fd, &pend);
+        if (fds[0].revents & POLLIN)
+            accept_all(a.listen_fd, &pend);
         int64_t now = fifo_now_ns();
         for (int i = pend.n - 1; i >= 0; i--) {
             pending_t *p = &pend.items[i];
@@ -116,26 +52,14 @@ static void *root_thread(void *arg)
             if (rc == 0 && now < p->deadline)
                 continue;
             if (rc <= 0) {
-                pending_refuse(p, "bootstrap root",
+                pending_refuse(&pend, p, "bootstrap root",
                                rc < 0 ? "closed before a full hello" : "no hello within 5 s");
                 pending_remove(&pend, i, 1);
                 continue;
             }
             root_hello_t h;
             memcpy(&h, p->buf, sizeof(h));
-            const char *why = NULL;
-            if (h.magic != BOOT_MAGIC)
-                why = "not a Chorus bootstrap hello (bad magic)";
-            else if (h.secret != a.secret)
-                why = "wrong secret (a different job's unique id?)";
-            else if (h.nranks <= 0 || h.nranks > BOOT_MAX_RANKS)
-                why = "nranks out of range";
-            else if (nranks != -1 && h.nranks != nranks)
-                why = "nranks differs from the first rank's";
-            else if (h.rank < 0 || h.rank >= h.nranks)
-                why = "rank out of range";
-            else if (rank_fd != NULL && rank_fd[h.rank] >= 0)
-                why = "a second connection for the same rank";
+            const char *why = boot_check_root_hello(&h, a.secret, nranks, rank_fd);
             if (why == NULL && nranks == -1) {
                 nranks = h.nranks;
                 rank_fd = malloc(sizeof(int) * nranks);
@@ -148,7 +72,7 @@ static void *root_thread(void *arg)
                     rank_fd[r] = -1;
             }
             if (why != NULL) {
-                pending_refuse(p, "bootstrap root", why);
+                pending_refuse(&pend, p, "bootstrap root", why);
                 pending_remove(&pend, i, 1);
                 continue;
             }
@@ -159,7 +83,7 @@ static void *root_thread(void *arg)
         }
     }
     if (arrived == nranks) {
-        root_reply_t r = {BOOT_MAGIC, nranks, 0};
+        root_reply_t r = {BOOT_MAGIC, nranks, ROOT_REPLY_OK};
         int64_t deadline = fifo_now_ns() + HELLO_TIMEOUT_NS * 2;
         for (int i = 0; i < nranks; i++) {
             if (sock_send_all(rank_fd[i], &r, sizeof(r), deadline) != chorusSuccess ||
@@ -168,9 +92,25 @@ static void *root_thread(void *arg)
                 WARN(SUB_BOOT, "bootstrap root: could not send the address table to rank %d", i);
         }
         TRACE(SUB_BOOT, "bootstrap root served %d ranks", nranks);
+    } else if (nranks > 0) {
+        /* Tell the ranks that came who did not: their init fails now, naming the missing. */
+        root_missing_t m;
+        memset(&m, 0, sizeof(m));
+        for (int r = 0; r < nranks; r++)
+            if (rank_fd[r] < 0 && m.nmissing++ < ROOT_MISSING_MAX)
+                m.ranks[m.nmissing - 1] = r;
+        WARN(SUB_BOOT,
+             "bootstrap root: only %d of %d ranks arrived before the deadline (first "
+             "missing: rank %d)",
+             arrived, nranks, m.ranks[0]);
+        root_reply_t r = {BOOT_MAGIC, nranks, ROOT_REPLY_MISSING};
+        int64_t deadline = fifo_now_ns() + 1000000000LL;
+        for (int i = 0; i < nranks; i++)
+            if (rank_fd[i] >= 0 &&
+                sock_send_all(rank_fd[i], &r, sizeof(r), deadline) == chorusSuccess)
+                (void)sock_send_all(rank_fd[i], &m, sizeof(m), deadline);
     } else {
-        WARN(SUB_BOOT, "bootstrap root: only %d of %d ranks arrived before the deadline", arrived,
-             nranks);
+        INFO(SUB_BOOT, "bootstrap root: no rank arrived before the deadline");
     }
 out:
     if (rank_fd != NULL)

@@ -276,9 +276,12 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     if (comm->nchannels > comm->params.max_nchannels)
         comm->nchannels = (int)comm->params.max_nchannels;
 
+    /* One deadline for the whole of init: a missing or dead rank fails it within the timeout. */
+    int64_t init_deadline = fifo_now_ns() + comm->timeout_ms * 1000000;
     CHECK_GOTO(boot_init(id, rank, nranks, comm->params.socket_ifname, comm->timeout_ms,
-                         &comm->abort_flag, &comm->boot),
+                         init_deadline, &comm->abort_flag, NULL, NULL, &comm->boot),
                res, err);
+    boot_set_deadline(comm->boot, init_deadline);
     comm->peers = calloc(nranks, sizeof(peer_info_t));
     comm->p2p_send = calloc(nranks, sizeof(comm_conn_t));
     comm->p2p_recv = calloc(nranks, sizeof(comm_conn_t));
@@ -304,6 +307,7 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     CHECK_GOTO(setup_tuner(comm), res, err);
     CHECK_GOTO(exec_pool_create(comm->nchannels - 1, &comm->pool), res, err);
     CHECK_GOTO(boot_barrier(comm->boot), res, err);
+    boot_set_deadline(comm->boot, 0);
     INFO(SUB_INIT, "communicator ready: rank %d of %d, pid %d, host %s", rank, nranks,
          (int)getpid(), comm->peers[rank].hostid);
     *comm_p = comm;

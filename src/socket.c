@@ -238,7 +238,8 @@ chorusResult_t sock_connect(const sock_addr_t *addr, int64_t deadline_ns,
             return ERR(chorusSystemError, SUB_BOOT, "socket() failed: %s", strerror(errno));
         int rc = connect(fd, &addr->sa, addr_len(addr));
         if (rc != 0 && errno == EINPROGRESS) {
-            while (fifo_now_ns() < deadline_ns && (rc = poll_one(fd, POLLOUT, deadline_ns)) == 0)
+            while (fifo_now_ns() < deadline_ns && (rc = poll_one(fd, POLLOUT, deadline_ns)) == 0 &&
+                   !(abort_flag != NULL && *abort_flag))
                 ;
             int err = 0;
             socklen_t len = sizeof(err);
@@ -296,9 +297,17 @@ chorusResult_t sock_send_all(int fd, const void *buf, size_t nbytes, int64_t dea
 
 chorusResult_t sock_recv_all(int fd, void *buf, size_t nbytes, int64_t deadline_ns)
 {
+    return sock_recv_until(fd, buf, nbytes, deadline_ns, NULL);
+}
+
+chorusResult_t sock_recv_until(int fd, void *buf, size_t nbytes, int64_t deadline_ns,
+                               const volatile uint32_t *abort_flag)
+{
     char *p = buf;
     size_t done = 0;
     while (done < nbytes) {
+        if (abort_flag != NULL && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE))
+            return ERR(chorusRemoteError, SUB_BOOT, "bootstrap receive stopped: aborted");
         ssize_t n = recv(fd, p + done, nbytes - done, 0);
         if (n > 0) {
             done += (size_t)n;

@@ -37,6 +37,9 @@ chorusResult_t sock_connect(const sock_addr_t *addr, int64_t deadline_ns,
                             const volatile uint32_t *abort_flag, int *fd_p);
 chorusResult_t sock_send_all(int fd, const void *buf, size_t nbytes, int64_t deadline_ns);
 chorusResult_t sock_recv_all(int fd, void *buf, size_t nbytes, int64_t deadline_ns);
+/* sock_recv_all that also gives up (chorusRemoteError) once *abort_flag is set. */
+chorusResult_t sock_recv_until(int fd, void *buf, size_t nbytes, int64_t deadline_ns,
+                               const volatile uint32_t *abort_flag);
 /* "a.b.c.d:port" (or [v6]:port) for logs. */
 const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len);
 int sock_addr_port(const sock_addr_t *addr);
