@@ -59,7 +59,7 @@ chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
                        const memops_ops_t *ops, const wait_ctx_t *w)
 {
     CHECK(match_self(sends, nsends, recvs, nrecvs, ops));
-    int64_t last_progress = fifo_now_ns();
+    int64_t last_progress = fifo_now_ns(), last_check = last_progress;
     unsigned idle = 0;
     for (;;) {
         int remaining = 0, progressed = 0;
@@ -71,7 +71,12 @@ chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
             if (blocked_by_earlier(sends, i))
                 continue;
             size_t before = o->done;
-            CHECK(prims_try_send(o->conn, ops, o->buf, o->nbytes, &o->done));
+            chorusResult_t rs = prims_try_send(o->conn, ops, o->buf, o->nbytes, &o->done);
+            if (rs != chorusSuccess) {
+                if (fifo_failed(o->conn))
+                    fifo_note_failure(w, FAIL_CONN, o->peer, o->conn->transport, 0);
+                return rs;
+            }
             progressed |= o->done != before;
         }
         for (int i = 0; i < nrecvs; i++) {
@@ -82,7 +87,12 @@ chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
             if (blocked_by_earlier(recvs, i))
                 continue;
             size_t before = o->done;
-            CHECK(prims_try_recv(o->conn, ops, o->buf, o->nbytes, &o->done));
+            chorusResult_t rr = prims_try_recv(o->conn, ops, o->buf, o->nbytes, &o->done);
+            if (rr != chorusSuccess) {
+                if (fifo_failed(o->conn))
+                    fifo_note_failure(w, FAIL_CONN, o->peer, o->conn->transport, 0);
+                return rr;
+            }
             progressed |= o->done != before;
         }
         if (remaining == 0)
@@ -109,10 +119,33 @@ chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
             for (int i = 0; i < nrecvs && peer < 0; i++)
                 if (recvs[i].done < recvs[i].nbytes)
                     peer = recvs[i].peer;
+            const conn_t *pc = NULL;
+            for (int i = 0; i < nsends && pc == NULL; i++)
+                if (sends[i].peer == peer)
+                    pc = sends[i].conn;
+            for (int i = 0; i < nrecvs && pc == NULL; i++)
+                if (recvs[i].peer == peer)
+                    pc = recvs[i].conn;
+            fifo_note_failure(w, FAIL_TIMEOUT, peer, pc ? pc->transport : NULL,
+                              now - last_progress);
             return ERR(chorusTimeout, SUB_P2P,
                        "send/recv with peer rank %d made no progress for %lld ms "
                        "(CHORUS_TIMEOUT_MS): does the peer post the matching call?",
                        peer, (long long)(w->timeout_ns / 1000000));
+        }
+        /* A peer we still wait on whose process is gone will never move: say so now. */
+        if (now - last_check >= FIFO_LIVENESS_NS) {
+            last_check = now;
+            for (int i = 0; i < nsends + nrecvs; i++) {
+                p2p_op_t *o = i < nsends ? &sends[i] : &recvs[i - nsends];
+                int64_t ask_now = 0;
+                if (o->done < o->nbytes && o->conn != NULL &&
+                    fifo_peer_gone(w, o->peer, o->conn->transport, &ask_now, now - last_progress))
+                    return ERR(chorusRemoteError, SUB_P2P,
+                               "send/recv: peer rank %d's process is gone (it died while this "
+                               "rank waited on it over %s)",
+                               o->peer, o->conn->transport);
+            }
         }
         if (idle < 256) {
             sched_yield();

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <string.h>
@@ -52,16 +53,49 @@ static void futex_wake_all(uint64_t *counter)
     syscall(SYS_futex, low_word(counter), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Wait until ready(counter value) holds. target: the value the counter must reach (>=). */
-static chorusResult_t wait_counter(uint64_t *counter, uint32_t *sleepers, uint64_t target,
-                                   const uint32_t *error, const wait_ctx_t *w, const char *what)
+void fifo_note_failure(const wait_ctx_t *w, uint32_t kind, int peer, const char *transport,
+                       int64_t waited_ns)
 {
+    if (w->fail == NULL)
+        return;
+    uint32_t none = FAIL_NONE;
+    /* Claim with a placeholder, fill, then publish the kind: readers see all or nothing. */
+    if (!__atomic_compare_exchange_n(&w->fail->kind, &none, UINT32_MAX, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
+    w->fail->peer = peer;
+    w->fail->transport = transport;
+    w->fail->waited_ns = waited_ns;
+    __atomic_store_n(&w->fail->kind, kind, __ATOMIC_RELEASE);
+}
+
+int fifo_peer_gone(const wait_ctx_t *w, int peer, const char *transport, int64_t *last_ns,
+                   int64_t waited_ns)
+{
+    if (w->peer_alive == NULL || peer < 0)
+        return 0;
+    int64_t now = fifo_now_ns();
+    if (now - *last_ns < FIFO_LIVENESS_NS)
+        return 0;
+    *last_ns = now;
+    if (w->peer_alive(w->arg, peer))
+        return 0;
+    fifo_note_failure(w, FAIL_DEAD, peer, transport, waited_ns);
+    return 1;
+}
+
+/* Wait until the counter reaches target (>=) on connection c. */
+static chorusResult_t wait_counter(const conn_t *c, uint64_t *counter, uint32_t *sleepers,
+                                   uint64_t target, const wait_ctx_t *w, const char *what)
+{
+    const uint32_t *error = &c->ctrl->error;
     for (int64_t i = 0; i < w->spin; i++) {
         if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
             return chorusSuccess;
         cpu_relax();
     }
     int64_t start = fifo_now_ns();
+    int64_t last_check = start;
     /* Then yield for a while: when ranks outnumber cores, the peer we wait for may need this
      * core, and sched_yield hands it over at once where a futex round trip costs a wake-up. */
     while (fifo_now_ns() - start < FIFO_YIELD_NS && !__atomic_load_n(error, __ATOMIC_ACQUIRE)) {
@@ -73,19 +107,29 @@ static chorusResult_t wait_counter(uint64_t *counter, uint32_t *sleepers, uint64
         uint64_t v = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
         if (v >= target)
             return chorusSuccess;
-        if (__atomic_load_n(error, __ATOMIC_ACQUIRE))
+        int64_t now = fifo_now_ns();
+        if (__atomic_load_n(error, __ATOMIC_ACQUIRE)) {
+            fifo_note_failure(w, FAIL_CONN, w->peer, c->transport, now - start);
             return ERR(chorusRemoteError, SUB_COLL,
-                       "wait for %s of peer rank %d stopped: the connection failed", what, w->peer);
+                       "wait for %s of peer rank %d stopped: the %s connection failed", what,
+                       w->peer, c->transport ? c->transport : "");
+        }
         if (w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE))
             return ERR(chorusRemoteError, SUB_COLL,
                        "wait for %s of peer rank %d stopped: the communicator was aborted", what,
                        w->peer);
-        int64_t now = fifo_now_ns();
-        if (now - start >= w->timeout_ns)
+        if (now - start >= w->timeout_ns) {
+            fifo_note_failure(w, FAIL_TIMEOUT, w->peer, c->transport, now - start);
             return ERR(chorusTimeout, SUB_COLL,
                        "peer rank %d did not advance the %s within %lld ms (CHORUS_TIMEOUT_MS); "
                        "is it stuck or not calling the same collective?",
                        w->peer, what, (long long)(w->timeout_ns / 1000000));
+        }
+        if (fifo_peer_gone(w, w->peer, c->transport, &last_check, now - start))
+            return ERR(chorusRemoteError, SUB_COLL,
+                       "peer rank %d's process is gone: it died while this rank waited for the %s "
+                       "(%s connection)",
+                       w->peer, what, c->transport ? c->transport : "");
         int64_t left = w->timeout_ns - (now - start);
         if (left > FIFO_SLEEP_SLICE_NS)
             left = FIFO_SLEEP_SLICE_NS;
@@ -109,8 +153,8 @@ chorusResult_t fifo_wait_send(conn_t *c, const wait_ctx_t *w, void **slot_p)
 {
     /* Free slot when tail - head < steps, i.e. head >= tail - steps + 1. */
     if (c->step >= (uint64_t)c->steps)
-        CHECK(wait_counter(&c->ctrl->head, &c->ctrl->head_sleepers, c->step - c->steps + 1,
-                           &c->ctrl->error, w, "FIFO head (slot freed)"));
+        CHECK(wait_counter(c, &c->ctrl->head, &c->ctrl->head_sleepers, c->step - c->steps + 1, w,
+                           "FIFO head (slot freed)"));
     *slot_p = c->slots + (c->step % c->steps) * c->slot_nbytes;
     return chorusSuccess;
 }
@@ -126,7 +170,7 @@ void fifo_post_send(conn_t *c, uint32_t nbytes)
 
 chorusResult_t fifo_wait_recv(conn_t *c, const wait_ctx_t *w, void **slot_p, uint32_t *nbytes_p)
 {
-    CHECK(wait_counter(&c->ctrl->tail, &c->ctrl->tail_sleepers, c->step + 1, &c->ctrl->error, w,
+    CHECK(wait_counter(c, &c->ctrl->tail, &c->ctrl->tail_sleepers, c->step + 1, w,
                        "FIFO tail (slot filled)"));
     *slot_p = c->slots + (c->step % c->steps) * c->slot_nbytes;
     *nbytes_p = c->ctrl->sizes[c->step % c->steps];

@@ -29,12 +29,30 @@ typedef struct fifo_ctrl {
     _Alignas(64) uint32_t sizes[FIFO_MAX_STEPS];
 } fifo_ctrl_t;
 
+/* What stopped an operation first, as its waits saw it (the communicator turns it into the error
+ * every rank reports: the culprit rank, the transport, and for a timeout who is missing). */
+enum { FAIL_NONE = 0, FAIL_DEAD = 1, FAIL_CONN = 2, FAIL_TIMEOUT = 3 };
+typedef struct fail_record {
+    uint32_t kind; /* FAIL_*; set once (the first failure wins) */
+    int peer;
+    const char *transport;
+    int64_t waited_ns;
+} fail_record_t;
+
+/* How often a sleeping wait asks whether the peer it waits on is still alive. */
+#define FIFO_LIVENESS_NS (100LL * 1000 * 1000)
+
 /* Everything a wait needs besides the counter: where to look for abort, and how long to wait. */
 typedef struct wait_ctx {
     const volatile uint32_t *abort_flag; /* non-zero: give up with chorusRemoteError/abort */
     int64_t timeout_ns; /* deadline of one wait */
     int64_t spin; /* polls before sleeping */
     int peer; /* for error messages */
+    /* Optional: 0 when peer's process is known to be gone (asked every FIFO_LIVENESS_NS while
+     * the wait sleeps; a peer on another machine counts as alive). */
+    int (*peer_alive)(void *arg, int peer);
+    void *arg;
+    fail_record_t *fail; /* optional: where the operation's first failure is recorded */
 } wait_ctx_t;
 
 /* A doorbell for a thread that serves FIFOs from the other side (the net transport's proxy): it
@@ -79,6 +97,13 @@ int fifo_failed(const conn_t *c);
 /* Non-blocking probes for progress loops that drive several connections at once. */
 int fifo_can_send(const conn_t *c);
 int fifo_can_recv(const conn_t *c);
+/* Record the operation's first failure in w->fail (no-op without one). */
+void fifo_note_failure(const wait_ctx_t *w, uint32_t kind, int peer, const char *transport,
+                       int64_t waited_ns);
+/* For progress loops that wait on several peers: 1 (and the failure recorded) when at least
+ * FIFO_LIVENESS_NS passed since *last_ns and w says peer's process is gone. */
+int fifo_peer_gone(const wait_ctx_t *w, int peer, const char *transport, int64_t *last_ns,
+                   int64_t waited_ns);
 /* Monotonic clock in ns. */
 int64_t fifo_now_ns(void);
 

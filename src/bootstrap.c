@@ -507,8 +507,10 @@ static void *service_main(void *arg)
 }
 
 chorusResult_t boot_recv_timeout(boot_t *b, int peer, uint32_t tag, void *buf, size_t nbytes,
-                                 int64_t timeout_ms)
+                                 int64_t timeout_ms, const volatile uint32_t *abort_flag)
 {
+    if (abort_flag == NULL)
+        abort_flag = b->abort_flag;
     chorusResult_t res = chorusSuccess;
     int64_t deadline = capped(b, fifo_now_ns() + timeout_ms * 1000000);
     pthread_mutex_lock(&b->lock);
@@ -542,7 +544,7 @@ chorusResult_t boot_recv_timeout(boot_t *b, int peer, uint32_t tag, void *buf, s
                       "rank %d closed its bootstrap connection (did it exit or fail?)", peer);
             goto out;
         }
-        if (b->abort_flag && __atomic_load_n(b->abort_flag, __ATOMIC_ACQUIRE)) {
+        if (abort_flag && __atomic_load_n(abort_flag, __ATOMIC_ACQUIRE)) {
             res = ERR(chorusRemoteError, SUB_BOOT, "bootstrap wait stopped: aborted");
             goto out;
         }
@@ -570,7 +572,7 @@ out:
 
 chorusResult_t boot_recv(boot_t *b, int peer, uint32_t tag, void *buf, size_t nbytes)
 {
-    return boot_recv_timeout(b, peer, tag, buf, nbytes, b->timeout_ns / 1000000);
+    return boot_recv_timeout(b, peer, tag, buf, nbytes, b->timeout_ns / 1000000, NULL);
 }
 
 chorusResult_t boot_allgather(boot_t *b, void *all, size_t nbytes_each)

@@ -69,9 +69,10 @@ chorusResult_t boot_send(boot_t *b, int peer, uint32_t tag, const void *buf, siz
  * answers go out after the communicator has stopped. */
 chorusResult_t boot_send_timeout(boot_t *b, int peer, uint32_t tag, const void *buf, size_t nbytes,
                                  int64_t timeout_ms);
-/* boot_recv with its own timeout (capped as usual); chorusTimeout when nothing came. */
+/* boot_recv with its own timeout (capped as usual) and abort flag (NULL: the communicator's);
+ * chorusTimeout when nothing came. */
 chorusResult_t boot_recv_timeout(boot_t *b, int peer, uint32_t tag, void *buf, size_t nbytes,
-                                 int64_t timeout_ms);
+                                 int64_t timeout_ms, const volatile uint32_t *abort_flag);
 chorusResult_t boot_recv(boot_t *b, int peer, uint32_t tag, void *buf, size_t nbytes);
 /* all holds nranks items of nbytes_each; this rank's item is at index rank. */
 chorusResult_t boot_allgather(boot_t *b, void *all, size_t nbytes_each);

@@ -4,6 +4,11 @@
  * Destroy waits for the communicator's queued operations (host streams) to finish; Abort raises
  * the abort flag first, so every wait in flight returns within one sleep slice (20 ms), then does
  * the same. Neither can hang: operations have deadlines, and the idle wait has one too.
+ *
+ * Handles are looked up in a registry of live communicators before anything is read through
+ * them, and the last few thousand that were destroyed or aborted are remembered: a call on an
+ * aborted handle is chorusInvalidUsage and a stale or foreign pointer chorusInvalidArgument,
+ * without touching freed memory.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +16,74 @@
 
 #include "comm.h"
 #include "debug.h"
+
+#define GONE_MAX 4096
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static chorusComm_t *live;
+static int nlive, live_cap;
+static struct {
+    const void *ptr;
+    int aborted;
+} gone[GONE_MAX];
+static int gone_next;
+
+chorusResult_t comm_register(chorusComm_t comm)
+{
+    chorusResult_t res = chorusSuccess;
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < GONE_MAX; i++)
+        if (gone[i].ptr == comm)
+            gone[i].ptr = NULL; /* the address is reused: it names the new one now */
+    if (nlive == live_cap) {
+        int cap = live_cap ? live_cap * 2 : 16;
+        chorusComm_t *l = realloc(live, sizeof(*l) * cap);
+        if (l == NULL)
+            res = ERR(chorusSystemError, SUB_INIT, "out of memory");
+        else {
+            live = l;
+            live_cap = cap;
+        }
+    }
+    if (res == chorusSuccess)
+        live[nlive++] = comm;
+    pthread_mutex_unlock(&registry_lock);
+    return res;
+}
+
+void comm_unregister(chorusComm_t comm, int aborted)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < nlive; i++)
+        if (live[i] == comm) {
+            live[i] = live[--nlive];
+            gone[gone_next].ptr = comm;
+            gone[gone_next].aborted = aborted;
+            gone_next = (gone_next + 1) % GONE_MAX;
+            break;
+        }
+    if (nlive == 0) {
+        free(live);
+        live = NULL;
+        live_cap = 0;
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+/* 1: live; 2: aborted; 3: destroyed; 0: never a communicator (as far as memory goes). */
+static int comm_state(const void *comm)
+{
+    int state = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (int i = 0; i < nlive && state == 0; i++)
+        if (live[i] == comm)
+            state = 1;
+    for (int i = 0; i < GONE_MAX && state == 0; i++)
+        if (gone[i].ptr == comm)
+            state = gone[i].aborted ? 2 : 3;
+    pthread_mutex_unlock(&registry_lock);
+    return state;
+}
 
 chorusResult_t chorusGetVersion(int *version)
 {
@@ -48,7 +121,7 @@ const char *chorusGetErrorString(chorusResult_t result)
 
 const char *chorusGetLastError(chorusComm_t comm)
 {
-    if (comm != NULL && comm->magic == COMM_MAGIC) {
+    if (comm != NULL && comm_state(comm) == 1) {
         const char *mine = debug_last_error();
         return mine[0] != '\0' ? mine : comm->last_error;
     }
@@ -60,16 +133,26 @@ chorusResult_t comm_check(chorusComm_t comm, const char *fn)
     debug_clear_error();
     if (comm == NULL)
         return ERR(chorusInvalidArgument, SUB_COLL, "%s: comm is NULL", fn);
-    if (comm->magic != COMM_MAGIC)
+    switch (comm_state(comm)) {
+    case 1:
+        break;
+    case 2:
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "%s: the communicator was aborted (chorusCommAbort); create a new one", fn);
+    case 3:
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s: comm was destroyed (chorusCommDestroy); create a new one", fn);
+    default:
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s: comm is not a live communicator (destroyed, or not made by Chorus)", fn);
+    }
     debug_set_rank(comm->rank);
     return chorusSuccess;
 }
 
 chorusResult_t comm_api_return(chorusComm_t comm, chorusResult_t res)
 {
-    if (res != chorusSuccess && comm != NULL && comm->magic == COMM_MAGIC) {
+    if (res != chorusSuccess && comm != NULL && comm_state(comm) == 1) {
         pthread_mutex_lock(&comm->state_lock);
         snprintf(comm->last_error, sizeof(comm->last_error), "%s", debug_last_error());
         pthread_mutex_unlock(&comm->state_lock);
@@ -137,6 +220,7 @@ chorusResult_t chorusCommDestroy(chorusComm_t comm)
         if (comm_wait_idle(comm, 1000) != chorusSuccess)
             return comm_api_return(comm, res);
     }
+    comm_unregister(comm, 0);
     comm_free(comm);
     return chorusSuccess;
 }
@@ -146,11 +230,16 @@ chorusResult_t chorusCommAbort(chorusComm_t comm)
     if (comm == NULL)
         return chorusSuccess; /* as NCCL: nothing to abort */
     CHECK(comm_check(comm, "chorusCommAbort"));
+    __atomic_store_n(&comm->user_abort, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
-    /* Waits poll the flag at least every 20 ms; queued stream work returns at its first wait. */
-    chorusResult_t res = comm_wait_idle(comm, 5000);
+    /* Waits poll the flag at least every 20 ms (bootstrap waits every 50 ms); queued stream work
+     * returns at its first wait. */
+    chorusResult_t res = comm_wait_idle(comm, 900);
     if (res != chorusSuccess)
         return comm_api_return(comm, res);
+    /* From here every call on the handle is chorusInvalidUsage; comm_free joins the service,
+     * proxy and executor threads and frees the rest (no drain once aborted). */
+    comm_unregister(comm, 1);
     comm_free(comm);
     return chorusSuccess;
 }
@@ -163,6 +252,11 @@ chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t *asyncE
     pthread_mutex_lock(&comm->state_lock);
     *asyncError = comm->async_error;
     pthread_mutex_unlock(&comm->state_lock);
+    if (*asyncError == chorusSuccess) {
+        /* A failure the net proxy saw between operations counts too. */
+        *asyncError = transport_comm_error(&comm->tc);
+        debug_clear_error();
+    }
     return chorusSuccess;
 }
 

@@ -15,6 +15,7 @@
 #include "algo.h"
 #include "bootstrap.h"
 #include "executor.h"
+#include "health.h"
 #include "params.h"
 #include "topo.h"
 #include "transport.h"
@@ -70,8 +71,17 @@ struct chorusComm {
     comm_conn_t *p2p_recv;
     exec_pool_t *pool;
     pthread_mutex_t exec_lock; /* one operation at a time */
-    uint32_t abort_flag; /* set by chorusCommAbort or a failed operation */
-    chorusResult_t async_error; /* sticky error of a failed operation */
+    /* Waits stop while non-zero: 1 this rank stopped (chorusCommAbort, its own failure), 2 a
+     * failure this rank learned of (health.c). */
+    uint32_t abort_flag;
+    uint32_t user_abort; /* chorusCommAbort was called: bootstrap waits stop too */
+    chorusResult_t async_error; /* sticky error of a failed operation or a peer's notice */
+    comm_failure_t failure; /* the first failure this rank learned of (health.c) */
+    fail_record_t op_fail; /* what the running operation's waits saw first */
+    uint64_t coll_entered, coll_completed; /* collectives entered / completed (status queries) */
+    uint64_t p2p_calls; /* point-to-point batches run, for error messages */
+    int in_op; /* an operation is running */
+    uint32_t status_queries; /* status exchanges this rank started */
     int queued; /* operations issued and not yet finished (streams included) */
     pthread_mutex_t state_lock; /* guards queued, async_error, last_error */
     pthread_cond_t state_cv;
@@ -104,6 +114,9 @@ void comm_free(chorusComm_t comm);
 
 /* enqueue.c: run ops (all of one comm) now, in this thread. */
 chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n);
+/* comm.c: the registry of live handles (comm_check looks there before reading one). */
+chorusResult_t comm_register(chorusComm_t comm);
+void comm_unregister(chorusComm_t comm, int aborted);
 /* Check the communicator handle at an API entry; sets the thread's log rank. */
 chorusResult_t comm_check(chorusComm_t comm, const char *fn);
 /* Record this thread's last error into comm (so chorusGetLastError(comm) finds it). */

@@ -31,9 +31,11 @@ static __thread int debug_rank = -1;
 static __thread char last_error[1024];
 static __thread int quiet_errors;
 
-void debug_set_quiet_errors(int quiet)
+int debug_set_quiet_errors(int quiet)
 {
+    int was = quiet_errors;
     quiet_errors = quiet;
+    return was;
 }
 
 static const struct {

@@ -44,7 +44,7 @@ chorusResult_t debug_error(chorusResult_t res, unsigned subsys, const char *file
                            const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* 1: this thread's errors are logged at INFO, not WARN (the proxy thread: a failure it sees may
  * never matter, and the call it fails logs it at WARN then). */
-void debug_set_quiet_errors(int quiet);
+int debug_set_quiet_errors(int quiet); /* returns the previous setting */
 /* This thread's last error text ("" when none) and a way to clear it. */
 const char *debug_last_error(void);
 void debug_clear_error(void);

@@ -152,6 +152,9 @@ static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
     p->wait.abort_flag = &comm->abort_flag;
     p->wait.timeout_ns = comm->timeout_ms * 1000000;
     p->wait.spin = comm->params.spin;
+    p->wait.peer_alive = health_peer_alive;
+    p->wait.arg = comm;
+    p->wait.fail = &comm->op_fail;
     p->divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0;
 }
 
@@ -350,7 +353,10 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
     }
     if (nreq > 0)
         CHECK_GOTO(comm_connect(comm, reqs, nreq), res, out);
-    wait_ctx_t w = {&comm->abort_flag, comm->timeout_ms * 1000000, comm->params.spin, -1};
+    wait_ctx_t w = {&comm->abort_flag, comm->timeout_ms * 1000000,
+                    comm->params.spin, -1,
+                    health_peer_alive, comm,
+                    &comm->op_fail};
     res = p2p_run(sends, ns, recvs, nr, &host_memops, &w);
 out:
     for (int i = 0; tmp && i < nops; i++)
@@ -372,12 +378,18 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
      * collectives stand between them. Every rank orders its group the same way. */
     comm_op_t *p2p = NULL;
     int np2p = 0;
+    char what[96] = "";
+    uint64_t seq = 0;
+    int ran = 0; /* res is the result of running an operation (not of refusing one) */
+    memset(&comm->op_fail, 0, sizeof(comm->op_fail));
+    __atomic_store_n(&comm->in_op, 1, __ATOMIC_RELEASE);
     transport_ops_begin(&comm->tc);
     for (int i = 0; i < n && res == chorusSuccess; i++) {
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
             res = ERR(chorusInvalidUsage, SUB_COLL,
-                      "%s (rank %d): the communicator was aborted before the call ran",
-                      coll_name(ops[i].args.kind), comm->rank);
+                      "%s (rank %d): the communicator was aborted before the call ran%s%s",
+                      coll_name(ops[i].args.kind), comm->rank, comm->failure.set ? ": " : "",
+                      comm->failure.set ? comm->failure.text : "");
             break;
         }
         if (is_p2p(ops[i].args.kind)) {
@@ -386,18 +398,29 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
             else
                 p2p[np2p++] = ops[i];
         } else if (ops[i].args.count > 0) {
+            /* Every rank numbers its collectives alike: the number names the stuck one. */
+            seq = __atomic_add_fetch(&comm->coll_entered, 1, __ATOMIC_ACQ_REL);
+            snprintf(what, sizeof(what), "%s #%llu", coll_name(ops[i].args.kind),
+                     (unsigned long long)seq);
             res = run_coll(comm, &ops[i].args);
+            ran = 1;
+            if (res == chorusSuccess)
+                __atomic_store_n(&comm->coll_completed, seq, __ATOMIC_RELEASE);
         }
     }
-    if (res == chorusSuccess && np2p > 0)
+    if (res == chorusSuccess && np2p > 0) {
+        uint64_t k = ++comm->p2p_calls;
+        snprintf(what, sizeof(what), "%s%s (point-to-point batch #%llu)",
+                 coll_name(p2p[0].args.kind), np2p > 1 ? " and others" : "", (unsigned long long)k);
+        seq = 0;
         res = run_p2p(comm, p2p, np2p);
-    transport_ops_end(&comm->tc);
-    /* A failure the proxy thread saw is the cause; the executor only saw the abort it raised. */
-    if (res != chorusSuccess) {
-        chorusResult_t cause = transport_comm_error(&comm->tc);
-        if (cause != chorusSuccess)
-            res = cause;
+        ran = 1;
     }
+    transport_ops_end(&comm->tc);
+    /* Turn what the waits saw into the error every rank reports, and tell the others. */
+    if (res != chorusSuccess && ran)
+        res = health_explain(comm, what, seq, res);
+    __atomic_store_n(&comm->in_op, 0, __ATOMIC_RELEASE);
     free(p2p);
     pthread_mutex_unlock(&comm->exec_lock);
     return res;

@@ -32,6 +32,8 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
     memset(info, 0, sizeof(*info));
     info->rank = comm->rank;
     info->pid = (int32_t)getpid();
+    info->start_time = health_start_time();
+    info->pid_ns = health_pid_ns();
     info->cuda_dev = -1;
     info->numa_node = -1;
     char host[64] = "", boot_id[64] = "";
@@ -279,7 +281,7 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     /* One deadline for the whole of init: a missing or dead rank fails it within the timeout. */
     int64_t init_deadline = fifo_now_ns() + comm->timeout_ms * 1000000;
     CHECK_GOTO(boot_init(id, rank, nranks, comm->params.socket_ifname, comm->timeout_ms,
-                         init_deadline, &comm->abort_flag, NULL, NULL, &comm->boot),
+                         init_deadline, &comm->abort_flag, health_control, comm, &comm->boot),
                res, err);
     boot_set_deadline(comm->boot, init_deadline);
     comm->peers = calloc(nranks, sizeof(peer_info_t));
@@ -310,6 +312,7 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     boot_set_deadline(comm->boot, 0);
     INFO(SUB_INIT, "communicator ready: rank %d of %d, pid %d, host %s", rank, nranks,
          (int)getpid(), comm->peers[rank].hostid);
+    CHECK_GOTO(comm_register(comm), res, err);
     *comm_p = comm;
     return chorusSuccess;
 err:
@@ -321,6 +324,7 @@ void comm_free(chorusComm_t comm)
 {
     if (comm == NULL)
         return;
+    comm_unregister(comm, 0); /* no-op unless still registered (Abort unregisters first) */
     exec_pool_destroy(comm->pool);
     /* A rank's last operation returns once its data is in its FIFOs; over net the proxy may still
      * be sending it. Closing now would cut the peer off (it saw "peer closed"). */

@@ -27,6 +27,8 @@
 typedef struct peer_info {
     int32_t rank;
     int32_t pid;
+    uint64_t start_time; /* the process's start (clock ticks since boot): tells a reused pid */
+    uint64_t pid_ns; /* pid namespace id: a pid means something only inside the same one */
     uint64_t hostid_hash;
     uint64_t machine_hash; /* hostname + boot id even when CHORUS_HOSTID overrides hostid */
     char hostid[PEER_HOSTID_BYTES]; /* hostname + boot id, or CHORUS_HOSTID */
