@@ -110,17 +110,18 @@ static void boot_free(boot_t *b)
 static chorusResult_t rendezvous(boot_t *b, const boot_id_t *id, const sock_addr_t *bound,
                                  int64_t deadline)
 {
-    char str[80];
+    char str[80], cause[512];
     sock_addr_str(&id->root, str, sizeof(str));
     for (int attempt = 0;; attempt++) {
         int fd;
         chorusResult_t res = sock_connect(&id->root, deadline, b->abort_flag, &fd);
+        snprintf(cause, sizeof(cause), "%s", debug_last_error());
         if (res != chorusSuccess)
             return ERR(res, SUB_BOOT,
                        "rank %d: cannot reach the bootstrap root at %s (%s): is the process that "
                        "called chorusGetUniqueId (or rank 0 for env init) alive, and the address "
                        "reachable from here?",
-                       b->rank, str, debug_last_error());
+                       b->rank, str, cause);
         root_hello_t h;
         memset(&h, 0, sizeof(h));
         h.magic = BOOT_MAGIC;
@@ -132,6 +133,7 @@ static chorusResult_t rendezvous(boot_t *b, const boot_id_t *id, const sock_addr
         res = sock_send_all(fd, &h, sizeof(h), deadline);
         if (res == chorusSuccess)
             res = sock_recv_until(fd, &r, sizeof(r), deadline, b->abort_flag);
+        snprintf(cause, sizeof(cause), "%s", debug_last_error());
         if (res == chorusRemoteError && fifo_now_ns() < deadline &&
             !(b->abort_flag && *b->abort_flag)) {
             /* Dropped before the answer (or the root went away): try again, slower each time. */
@@ -139,16 +141,21 @@ static chorusResult_t rendezvous(boot_t *b, const boot_id_t *id, const sock_addr
             INFO(SUB_BOOT,
                  "rank %d: the bootstrap root at %s dropped the connection (%s); "
                  "retrying",
-                 b->rank, str, debug_last_error());
+                 b->rank, str, cause);
             struct timespec ts = {0, (attempt < 10 ? attempt + 1 : 10) * 10000000L};
             nanosleep(&ts, NULL);
             continue;
         }
         if (res != chorusSuccess) {
             close(fd);
+            if (res == chorusTimeout)
+                return ERR(res, SUB_BOOT,
+                           "rank %d: the bootstrap root at %s did not answer before the deadline "
+                           "(CHORUS_TIMEOUT_MS): not every rank arrived, or the root is stuck",
+                           b->rank, str);
             return ERR(res, SUB_BOOT,
                        "rank %d: rendezvous with the bootstrap root at %s failed: %s", b->rank, str,
-                       debug_last_error());
+                       cause);
         }
         if (r.magic == BOOT_MAGIC && r.status == ROOT_REPLY_MISSING) {
             root_missing_t m;
@@ -176,12 +183,13 @@ static chorusResult_t rendezvous(boot_t *b, const boot_id_t *id, const sock_addr
         }
         res =
             sock_recv_until(fd, b->addrs, sizeof(sock_addr_t) * b->nranks, deadline, b->abort_flag);
+        snprintf(cause, sizeof(cause), "%s", debug_last_error());
         close(fd);
         if (res != chorusSuccess)
             return ERR(res, SUB_BOOT,
                        "rank %d: the address table from the bootstrap root at %s "
                        "did not arrive: %s",
-                       b->rank, str, debug_last_error());
+                       b->rank, str, cause);
         return chorusSuccess;
     }
 }
@@ -414,7 +422,8 @@ static void read_frame(boot_t *b, int peer)
     }
     boot_msg_t *m = NULL;
     if (queue_new(peer, f.tag, f.nbytes, &m) != chorusSuccess) {
-        drop_in(b, peer, debug_last_error());
+        snprintf(why, sizeof(why), "%s", debug_last_error());
+        drop_in(b, peer, why);
         return;
     }
     if (sock_recv_all(b->in_fd[peer], m->data, f.nbytes, deadline) != chorusSuccess) {

@@ -137,7 +137,11 @@ chorusResult_t boot_root_start(const sock_addr_t *bind_addr, uint64_t secret, in
     }
     a->listen_fd = fd;
     a->secret = secret;
-    a->deadline = fifo_now_ns() + timeout_ms * 1000000;
+    /* The root gives up a little before the ranks do, so they hear who is missing. */
+    int64_t margin_ms = timeout_ms / 20 > 250 ? timeout_ms / 20 : 250;
+    int64_t root_ms =
+        timeout_ms - margin_ms > timeout_ms / 2 ? timeout_ms - margin_ms : timeout_ms / 2;
+    a->deadline = fifo_now_ns() + root_ms * 1000000;
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);

@@ -191,10 +191,14 @@ void debug_log(int level, unsigned subsys, const char *file, int line, const cha
 chorusResult_t debug_error(chorusResult_t res, unsigned subsys, const char *file, int line,
                            const char *fmt, ...)
 {
+    /* Formatted aside first: an argument may be debug_last_error() itself (a cause wrapped in a
+     * new sentence). */
+    char text[sizeof(last_error)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    memcpy(last_error, text, sizeof(last_error));
     int level = quiet_errors ? LOG_INFO : LOG_WARN;
     if (debug_level >= level && (debug_subsys & subsys))
         debug_log(level, subsys, file, line, "%s", last_error);

@@ -243,25 +243,26 @@ static int who_is_missing(chorusComm_t comm, uint64_t seq, int stuck_peer, char 
         culprit = first_never >= 0 ? first_never : stuck_peer;
     size_t used = 0;
     char host[PEER_HOSTID_BYTES];
-    used += snprintf(out + used, len - used, "timed out waiting on rank %d (host %s)", stuck_peer,
-                     host_of(comm, stuck_peer, host, sizeof(host)));
-    if (nsilent && used < len)
+    out[0] = '\0';
+    if (nsilent)
         used += snprintf(out + used, len - used,
-                         "; rank%s %s did not answer the status exchange (stopped, hung or "
-                         "unreachable)",
+                         "rank%s %s did not answer the status exchange (stopped, hung or "
+                         "unreachable); ",
                          nsilent > 1 ? "s" : "", silent);
     if (nnever && used < len)
         used += snprintf(out + used, len - used,
-                         "; rank%s %s never entered collective #%llu (rank %d last entered "
-                         "#%llu)",
+                         "rank%s %s never entered collective #%llu (rank %d last entered #%llu); ",
                          nnever > 1 ? "s" : "", never, (unsigned long long)seq, first_never,
                          (unsigned long long)never_last);
     if (nstuck && used < len)
-        used += snprintf(out + used, len - used, "; rank%s %s entered it and wait too",
+        used += snprintf(out + used, len - used, "rank%s %s entered it and wait too; ",
                          nstuck > 1 ? "s" : "", stuck);
     if (!nsilent && !nnever && seq != 0 && used < len)
-        snprintf(out + used, len - used, "; every rank entered it: rank %d is slow or deadlocked",
-                 stuck_peer);
+        used += snprintf(out + used, len - used,
+                         "every rank entered it: rank %d is slow or deadlocked; ", stuck_peer);
+    if (used < len)
+        snprintf(out + used, len - used, "this rank waited on rank %d (host %s)", stuck_peer,
+                 host_of(comm, stuck_peer, host, sizeof(host)));
     return culprit;
 }
 
@@ -274,6 +275,9 @@ chorusResult_t health_explain(chorusComm_t comm, const char *what, uint64_t seq,
     fail_record_t f = comm->op_fail;
     int peer = f.peer;
     const char *tp = f.transport ? f.transport : "?";
+    /* A failed connection to a process that is gone is a death, and says so. */
+    if (f.kind == FAIL_CONN && !health_peer_alive(comm, peer))
+        f.kind = FAIL_DEAD;
     if (f.kind == FAIL_DEAD) {
         health_fail(comm, chorusRemoteError, peer, 1,
                     "rank %d (host %s, pid %d) died: its process is gone (seen over its %s "
@@ -288,8 +292,9 @@ chorusResult_t health_explain(chorusComm_t comm, const char *what, uint64_t seq,
     } else if (f.kind == FAIL_TIMEOUT && !comm->failure.set) {
         int culprit = who_is_missing(comm, seq, peer, why, sizeof(why));
         WARN(SUB_COLL, "rank %d: %s: %s", comm->rank, what, why);
-        health_fail(comm, chorusTimeout, culprit, 1, "%s after %lld ms (CHORUS_TIMEOUT_MS): %s",
-                    what, (long long)(f.waited_ns / 1000000), why);
+        health_fail(comm, chorusTimeout, culprit, 1,
+                    "timed out after %lld ms (CHORUS_TIMEOUT_MS): %s",
+                    (long long)(f.waited_ns / 1000000), why);
     } else if (!comm->failure.set) {
         /* Not a peer's fault as far as this rank can tell (a size mismatch, say): still tell the
          * others, whose waits on this rank would otherwise run to their deadline. */

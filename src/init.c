@@ -555,14 +555,18 @@ chorusResult_t chorusCommInitEnv(chorusComm_t *comm)
         id.secret = fnv1a(buf, 0xcbf29ce484222325ull);
     }
     if (rank == 0) {
-        /* Listen on every address of the root's family: the name may resolve to any of them. */
-        sock_addr_t any = id.root;
-        if (any.sa.sa_family == AF_INET)
-            any.sin.sin_addr.s_addr = htonl(INADDR_ANY);
-        else
-            any.sin6.sin6_addr = in6addr_any;
+        /* Listen on the address CHORUS_ROOT names, never a wildcard: a job's root is not served
+         * on interfaces nobody chose. */
         boot_id_t served;
-        CHECK(boot_root_start(&any, id.secret, p.timeout_ms, &served));
+        chorusResult_t res = boot_root_start(&id.root, id.secret, p.timeout_ms, &served);
+        if (res != chorusSuccess) {
+            char str[80];
+            return ERR(res, SUB_ENV,
+                       "rank 0 hosts the bootstrap root but cannot listen on %s (from %s=%s): set "
+                       "it to an address of rank 0's own host, and check that the port is free",
+                       sock_addr_str(&id.root, str, sizeof(str)),
+                       rank_var[0] == 'C' ? "CHORUS_ROOT" : "MASTER_ADDR:MASTER_PORT", root_text);
+        }
     }
     return comm_init(comm, (int)nranks, &id, (int)rank, NULL);
 }
