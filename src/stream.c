@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm.h"
 #include "debug.h"
@@ -27,6 +28,8 @@ typedef struct host_stream {
     pthread_cond_t work_cv, idle_cv;
     stream_task_t *head, *tail;
     int busy, stop;
+    int64_t progress_ns; /* when the worker last started or finished a task */
+    int64_t timeout_ms; /* CHORUS_TIMEOUT_MS when the stream was made */
     chorusResult_t error;
     char error_text[1024];
     struct host_stream *next_live;
@@ -59,6 +62,7 @@ static void *stream_main(void *arg)
         if (s->head == NULL)
             s->tail = NULL;
         s->busy = 1;
+        s->progress_ns = fifo_now_ns();
         pthread_mutex_unlock(&s->mu);
         debug_clear_error();
         chorusResult_t res = comm_exec(t->comm, t->ops, t->n);
@@ -70,6 +74,7 @@ static void *stream_main(void *arg)
         }
         free(t);
         s->busy = 0;
+        s->progress_ns = fifo_now_ns();
         if (s->head == NULL)
             pthread_cond_broadcast(&s->idle_cv);
     }
@@ -89,6 +94,8 @@ chorusResult_t stream_enqueue(chorusStream_t stream, comm_op_t *ops, int n)
     memcpy(t->ops, ops, sizeof(comm_op_t) * n);
     comm_op_started(t->comm);
     pthread_mutex_lock(&s->mu);
+    if (s->head == NULL && !s->busy)
+        s->progress_ns = fifo_now_ns();
     if (s->tail)
         s->tail->next = t;
     else
@@ -108,9 +115,20 @@ chorusResult_t chorusStreamCreate(chorusStream_t *stream)
     if (s == NULL)
         return ERR(chorusSystemError, SUB_COLL, "out of memory");
     s->magic = STREAM_MAGIC;
+    params_t p;
+    chorusResult_t pres = params_load(&p);
+    if (pres != chorusSuccess) {
+        free(s);
+        return pres;
+    }
+    s->timeout_ms = p.timeout_ms;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work_cv, NULL);
-    pthread_cond_init(&s->idle_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->idle_cv, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = pthread_create(&s->thread, NULL, stream_main, s);
     if (rc != 0) {
         free(s);
@@ -142,10 +160,27 @@ chorusResult_t chorusStreamSynchronize(chorusStream_t stream)
     if (stream == NULL)
         return chorusSuccess; /* NULL-stream calls complete before they return */
     host_stream_t *s = stream;
-    /* Each queued call has its own deadline, so this wait ends. */
+    /* Each queued call has its own deadline, so this wait ends; the backstop below only catches
+     * a call that outlives its deadline (plus the failure report) by far. */
+    int64_t backstop_ns = (s->timeout_ms + 10000) * 1000000;
     pthread_mutex_lock(&s->mu);
-    while (s->head != NULL || s->busy)
-        pthread_cond_wait(&s->idle_cv, &s->mu);
+    while (s->head != NULL || s->busy) {
+        if (fifo_now_ns() - s->progress_ns > backstop_ns) {
+            pthread_mutex_unlock(&s->mu);
+            return ERR(chorusTimeout, SUB_COLL,
+                       "chorusStreamSynchronize: the host stream's current call has run %lld ms "
+                       "past CHORUS_TIMEOUT_MS without ending (please report this)",
+                       (long long)(backstop_ns / 1000000));
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 100000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts);
+    }
     chorusResult_t res = s->error;
     char text[1024];
     memcpy(text, s->error_text, sizeof(text));
