@@ -263,8 +263,11 @@ chorusResult_t boot_init(const boot_id_t *id, int rank, int nranks, const char *
          sock_addr_str(&bound, str, sizeof(str)), ifname,
          sock_addr_str(&id->root, str2, sizeof(str2)));
     CHECK_GOTO(rendezvous(b, id, &bound, deadline_ns), res, err);
+    /* Published before the thread starts: its control callback may use the handle at once. */
+    *boot_p = b;
     int rc = pthread_create(&b->thread, NULL, service_main, b);
     if (rc != 0) {
+        *boot_p = NULL;
         res = ERR(chorusSystemError, SUB_BOOT, "pthread_create for the bootstrap service: %s",
                   strerror(rc));
         goto err;

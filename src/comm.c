@@ -160,6 +160,18 @@ chorusResult_t comm_api_return(chorusComm_t comm, chorusResult_t res)
     return res;
 }
 
+void comm_failure_text(chorusComm_t comm, char *buf, size_t len)
+{
+    pthread_mutex_lock(&comm->state_lock);
+    if (comm->failure.set)
+        snprintf(buf, len, "%s", comm->failure.text);
+    else if (comm->last_error[0] != '\0')
+        snprintf(buf, len, "%s", comm->last_error);
+    else
+        snprintf(buf, len, "%s", "a failed or aborted call");
+    pthread_mutex_unlock(&comm->state_lock);
+}
+
 void comm_op_started(chorusComm_t comm)
 {
     pthread_mutex_lock(&comm->state_lock);

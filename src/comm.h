@@ -122,6 +122,8 @@ chorusResult_t comm_check(chorusComm_t comm, const char *fn);
 /* Record this thread's last error into comm (so chorusGetLastError(comm) finds it). */
 chorusResult_t comm_api_return(chorusComm_t comm, chorusResult_t res);
 void comm_op_started(chorusComm_t comm);
+/* Why comm stopped: the first failure it learned of, else its last error (under state_lock). */
+void comm_failure_text(chorusComm_t comm, char *buf, size_t len);
 void comm_op_finished(chorusComm_t comm, chorusResult_t res);
 /* Wait until no operation of comm is queued or running. */
 chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms);

@@ -52,11 +52,14 @@ static chorusResult_t check_op(const comm_op_t *op)
     chorusComm_t comm = op->comm;
     CHECK(comm_check(comm, fn));
     int rank = comm->rank, n = comm->nranks;
-    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+        char cause[HEALTH_TEXT_BYTES];
+        comm_failure_text(comm, cause, sizeof(cause));
         return ERR(chorusInvalidUsage, SUB_COLL,
                    "%s (rank %d): the communicator was aborted after an earlier error (%s); "
                    "destroy it and create a new one",
-                   fn, rank, comm->last_error[0] ? comm->last_error : "chorusCommAbort");
+                   fn, rank, cause);
+    }
     if ((unsigned)a->dtype >= chorusNumTypes)
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): datatype %d is not a chorusDataType_t (allowed 0..%d)", fn, rank,
@@ -386,10 +389,11 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     transport_ops_begin(&comm->tc);
     for (int i = 0; i < n && res == chorusSuccess; i++) {
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+            char cause[HEALTH_TEXT_BYTES];
+            comm_failure_text(comm, cause, sizeof(cause));
             res = ERR(chorusInvalidUsage, SUB_COLL,
-                      "%s (rank %d): the communicator was aborted before the call ran%s%s",
-                      coll_name(ops[i].args.kind), comm->rank, comm->failure.set ? ": " : "",
-                      comm->failure.set ? comm->failure.text : "");
+                      "%s (rank %d): the communicator was aborted before the call ran: %s",
+                      coll_name(ops[i].args.kind), comm->rank, cause);
             break;
         }
         if (is_p2p(ops[i].args.kind)) {

@@ -104,6 +104,14 @@ int health_peer_alive(void *arg, int peer)
     return start == 0 || p->start_time == 0 || start == p->start_time;
 }
 
+static int failure_known(chorusComm_t comm)
+{
+    pthread_mutex_lock(&comm->state_lock);
+    int set = comm->failure.set;
+    pthread_mutex_unlock(&comm->state_lock);
+    return set;
+}
+
 static const char *host_of(chorusComm_t comm, int rank, char *buf, size_t len)
 {
     /* hostid is "hostname/boot id" or CHORUS_HOSTID: the part before '/' names the host. */
@@ -283,19 +291,19 @@ chorusResult_t health_explain(chorusComm_t comm, const char *what, uint64_t seq,
                     "rank %d (host %s, pid %d) died: its process is gone (seen over its %s "
                     "connection)",
                     peer, host_of(comm, peer, host, sizeof(host)), (int)comm->peers[peer].pid, tp);
-    } else if (f.kind == FAIL_CONN && !comm->failure.set) {
+    } else if (f.kind == FAIL_CONN && !failure_known(comm)) {
         chorusResult_t cause = transport_comm_error(&comm->tc);
         snprintf(why, sizeof(why), "%s", cause != chorusSuccess ? debug_last_error() : "");
         health_fail(comm, chorusRemoteError, peer, 1,
                     "rank %d (host %s): its %s connection failed%s%s (did it exit or crash?)", peer,
                     host_of(comm, peer, host, sizeof(host)), tp, why[0] ? ": " : "", why);
-    } else if (f.kind == FAIL_TIMEOUT && !comm->failure.set) {
+    } else if (f.kind == FAIL_TIMEOUT && !failure_known(comm)) {
         int culprit = who_is_missing(comm, seq, peer, why, sizeof(why));
         WARN(SUB_COLL, "rank %d: %s: %s", comm->rank, what, why);
         health_fail(comm, chorusTimeout, culprit, 1,
                     "timed out after %lld ms (CHORUS_TIMEOUT_MS): %s",
                     (long long)(f.waited_ns / 1000000), why);
-    } else if (!comm->failure.set) {
+    } else if (!failure_known(comm)) {
         /* Not a peer's fault as far as this rank can tell (a size mismatch, say): still tell the
          * others, whose waits on this rank would otherwise run to their deadline. */
         snprintf(why, sizeof(why), "%s", debug_last_error());
