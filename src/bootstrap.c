@@ -162,9 +162,16 @@ static chorusResult_t rendezvous(boot_t *b, const boot_id_t *id, const sock_addr
             memset(&m, 0, sizeof(m));
             res = sock_recv_until(fd, &m, sizeof(m), deadline, b->abort_flag);
             close(fd);
+            boot_root_wait_replies(1500); /* the others hear it before this process can exit */
+            if (res != chorusSuccess || m.nmissing <= 0 || m.nmissing > b->nranks)
+                return ERR(chorusTimeout, SUB_BOOT,
+                           "rank %d: init failed: not every rank reached the bootstrap root at %s "
+                           "before its deadline (CHORUS_TIMEOUT_MS), and the root closed before "
+                           "naming them (not started, crashed, or given another unique id?)",
+                           b->rank, str);
             char list[200] = "";
             int shown = m.nmissing < ROOT_MISSING_MAX ? m.nmissing : ROOT_MISSING_MAX;
-            for (int i = 0, len = 0; res == chorusSuccess && i < shown && len < 180; i++)
+            for (int i = 0, len = 0; i < shown && len < 180; i++)
                 len += snprintf(list + len, sizeof(list) - len, "%s%d", i ? ", " : "", m.ranks[i]);
             return ERR(chorusTimeout, SUB_BOOT,
                        "rank %d: init failed: %d of %d rank(s) never reached the bootstrap root "

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap_wire.h"
@@ -26,6 +27,35 @@ typedef struct root_args {
     uint64_t secret;
     int64_t deadline;
 } root_args_t;
+
+/* Roots of this process sending "who is missing" replies. A rank of this process that got its
+ * reply waits for them (boot_root_wait_replies) before its init returns: a process that exits on
+ * that error would otherwise take the root's thread with it before the other ranks hear. */
+static pthread_mutex_t replying_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t replying_cv = PTHREAD_COND_INITIALIZER;
+static int replying;
+
+static void replying_add(int d)
+{
+    pthread_mutex_lock(&replying_lock);
+    replying += d;
+    if (replying == 0)
+        pthread_cond_broadcast(&replying_cv);
+    pthread_mutex_unlock(&replying_lock);
+}
+
+void boot_root_wait_replies(int64_t timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (timeout_ms % 1000) * 1000000;
+    ts.tv_sec += timeout_ms / 1000 + ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    pthread_mutex_lock(&replying_lock);
+    while (replying > 0 && pthread_cond_timedwait(&replying_cv, &replying_lock, &ts) == 0)
+        ;
+    pthread_mutex_unlock(&replying_lock);
+}
 
 static void *root_thread(void *arg)
 {
@@ -105,10 +135,12 @@ static void *root_thread(void *arg)
              arrived, nranks, m.ranks[0]);
         root_reply_t r = {BOOT_MAGIC, nranks, ROOT_REPLY_MISSING};
         int64_t deadline = fifo_now_ns() + 1000000000LL;
+        replying_add(1);
         for (int i = 0; i < nranks; i++)
             if (rank_fd[i] >= 0 &&
                 sock_send_all(rank_fd[i], &r, sizeof(r), deadline) == chorusSuccess)
                 (void)sock_send_all(rank_fd[i], &m, sizeof(m), deadline);
+        replying_add(-1);
     } else {
         INFO(SUB_BOOT, "bootstrap root: no rank arrived before the deadline");
     }

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -73,17 +74,41 @@ const char *boot_check_root_reply(const root_reply_t *r, int nranks)
     return NULL;
 }
 
+/* How many connections may owe a hello at once: BOOT_MAX_PENDING, or a quarter of the process's
+ * descriptor limit when that is lower (a flood then never takes the descriptors the job's own
+ * connections need), and never fewer than 8. */
+static int pending_limit(void)
+{
+    static int limit;
+    int l = __atomic_load_n(&limit, __ATOMIC_RELAXED);
+    if (l > 0)
+        return l;
+    l = BOOT_MAX_PENDING;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 4 < (rlim_t)l)
+        l = (int)(rl.rlim_cur / 4);
+    if (l < 8)
+        l = 8;
+    __atomic_store_n(&limit, l, __ATOMIC_RELAXED);
+    return l;
+}
+
+/* Evict the oldest: the newest is the likeliest to be a real peer about to speak. */
+static void pending_evict_oldest(pending_set_t *s)
+{
+    int oldest = 0;
+    for (int i = 1; i < s->n; i++)
+        if (s->items[i].deadline < s->items[oldest].deadline)
+            oldest = i;
+    s->evicted++;
+    pending_remove(s, oldest, 1);
+}
+
 void pending_add(pending_set_t *s, int fd, const sock_addr_t *from)
 {
-    if (s->n >= BOOT_MAX_PENDING) {
-        /* Evict the oldest: the newest is the likeliest to be a real peer about to speak. */
-        int oldest = 0;
-        for (int i = 1; i < s->n; i++)
-            if (s->items[i].deadline < s->items[oldest].deadline)
-                oldest = i;
-        s->evicted++;
-        pending_remove(s, oldest, 1);
-    }
+    if (s->n >= pending_limit())
+        pending_evict_oldest(s);
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 16;
         pending_t *items = realloc(s->items, sizeof(pending_t) * cap);
@@ -161,6 +186,12 @@ int accept_all(int listen_fd, pending_set_t *s)
                      "until some close (raise ulimit -n?)",
                      strerror(errno));
             s->fd_warned = 1;
+            if (s->n > 0) {
+                /* Our own silent connections hold descriptors: give up the oldest and take the
+                 * newcomer, which may be the peer the job waits for. */
+                pending_evict_oldest(s);
+                continue;
+            }
             shed_one(listen_fd);
             return 1;
         }

@@ -71,6 +71,10 @@ typedef struct pending_set {
     int fd_warned;
 } pending_set_t;
 
+/* Wait (at most timeout_ms) until no bootstrap root of this process is sending "who is missing"
+ * replies (bootstrap_root.c). */
+void boot_root_wait_replies(int64_t timeout_ms);
+
 /* Checks of unauthenticated bytes. NULL: acceptable; else why not (for the log). Pure. */
 /* nranks_seen: -1 before the first valid hello; rank_fd: NULL or [nranks_seen], -1 = free. */
 const char *boot_check_root_hello(const root_hello_t *h, uint64_t secret, int nranks_seen,

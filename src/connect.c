@@ -1,7 +1,7 @@
 /*
  * connect.c: builds connection ends with their peers over the bootstrap (transport.h's protocol).
  *
- *   phase 1  every end: pick a transport, setup(), send its handle to the peer
+ *   phase 1  every end: pick a transport, setup(); then, all set up, send the handles to the peers
  *   phase 2  every end: receive the peer's handle; a send end connects and acks
  *   phase 3  every recv end: wait for the ack, then connect (shm unlinks its segment here)
  *
@@ -44,8 +44,9 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
 {
     chorusResult_t res = chorusSuccess;
     transport_handle_t *peer_handles = calloc(n > 0 ? n : 1, sizeof(*peer_handles));
+    transport_handle_t *my_handles = calloc(n > 0 ? n : 1, sizeof(*my_handles));
     conn_setup_t *setups = calloc(n > 0 ? n : 1, sizeof(*setups));
-    if (peer_handles == NULL || setups == NULL) {
+    if (peer_handles == NULL || my_handles == NULL || setups == NULL) {
         res = ERR(chorusSystemError, SUB_INIT, "out of memory");
         goto out;
     }
@@ -67,12 +68,16 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
                                    .steps = (int)comm->params.steps,
                                    .tag = r->tag,
                                    .tc = &comm->tc};
-        transport_handle_t mine;
-        CHECK_GOTO(r->cc->tp->setup(&setups[i], &r->cc->res, &r->cc->conn, &mine), res, out);
+        CHECK_GOTO(r->cc->tp->setup(&setups[i], &r->cc->res, &r->cc->conn, &my_handles[i]), res,
+                   out);
         r->cc->ready = 1; /* resources exist from here on: close() must release them */
-        CHECK_GOTO(boot_send(comm->boot, r->peer, handle_tag(r->tag, r->dir), &mine, sizeof(mine)),
-                   res, out);
     }
+    /* Handles go out only once every setup of this rank succeeded: a setup that fails (a full
+     * /dev/shm) then leaves no peer mapping a segment this rank is about to tear down. */
+    for (int i = 0; i < n; i++)
+        CHECK_GOTO(boot_send(comm->boot, reqs[i].peer, handle_tag(reqs[i].tag, reqs[i].dir),
+                             &my_handles[i], sizeof(my_handles[i])),
+                   res, out);
     for (int i = 0; i < n; i++) {
         conn_req_t *r = &reqs[i];
         conn_dir_t other = r->dir == CONN_SEND ? CONN_RECV : CONN_SEND;
@@ -104,6 +109,7 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
     }
 out:
     free(peer_handles);
+    free(my_handles);
     free(setups);
     return res;
 }

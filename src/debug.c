@@ -116,15 +116,19 @@ static void debug_init_once(void)
         char name[512];
         size_t n = 0;
         for (const char *c = path; *c && n < sizeof(name) - 32; c++) {
+            int w = 0;
             if (c[0] == '%' && c[1] == 'h') {
-                n += snprintf(name + n, sizeof(name) - n, "%s", debug_host);
+                w = snprintf(name + n, sizeof(name) - n, "%s", debug_host);
                 c++;
             } else if (c[0] == '%' && c[1] == 'p') {
-                n += snprintf(name + n, sizeof(name) - n, "%d", (int)getpid());
+                w = snprintf(name + n, sizeof(name) - n, "%d", (int)getpid());
                 c++;
             } else {
                 name[n++] = *c;
             }
+            /* snprintf returns what it would have written: a long host name stops at the end. */
+            if (w > 0)
+                n = n + (size_t)w < sizeof(name) - 1 ? n + (size_t)w : sizeof(name) - 1;
         }
         name[n] = '\0';
         FILE *f = fopen(name, "a");

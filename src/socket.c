@@ -234,6 +234,16 @@ chorusResult_t sock_connect(const sock_addr_t *addr, int64_t deadline_ns,
             return ERR(chorusRemoteError, SUB_BOOT, "connect to %s stopped: aborted",
                        sock_addr_str(addr, str, sizeof(str)));
         int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+            /* Out of descriptors for now (a flood on this process's own listener holds them
+             * until their hello deadline): wait for some to close, up to the deadline. */
+            last_errno = errno;
+            struct timespec ts = {0, backoff_ns};
+            nanosleep(&ts, NULL);
+            if (backoff_ns < 100000000)
+                backoff_ns *= 2;
+            continue;
+        }
         if (fd < 0)
             return ERR(chorusSystemError, SUB_BOOT, "socket() failed: %s", strerror(errno));
         int rc = connect(fd, &addr->sa, addr_len(addr));
