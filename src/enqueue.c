@@ -53,6 +53,9 @@ static chorusResult_t check_op(const comm_op_t *op)
     CHECK(comm_check(comm, fn));
     int rank = comm->rank, n = comm->nranks;
     if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+        chorusResult_t first = health_report_once(comm, fn, !is_p2p(a->kind) && a->count > 0);
+        if (first != chorusSuccess)
+            return first;
         char cause[HEALTH_TEXT_BYTES];
         comm_failure_text(comm, cause, sizeof(cause));
         return ERR(chorusInvalidUsage, SUB_COLL,
@@ -389,6 +392,10 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     transport_ops_begin(&comm->tc);
     for (int i = 0; i < n && res == chorusSuccess; i++) {
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
+            res = health_report_once(comm, coll_name(ops[i].args.kind),
+                                     !is_p2p(ops[i].args.kind) && ops[i].args.count > 0);
+            if (res != chorusSuccess)
+                break;
             char cause[HEALTH_TEXT_BYTES];
             comm_failure_text(comm, cause, sizeof(cause));
             res = ERR(chorusInvalidUsage, SUB_COLL,

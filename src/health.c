@@ -203,7 +203,8 @@ static void list_add(char *list, size_t len, int *count, int r)
 
 /* A deadline passed in collective seq while waiting on stuck_peer: ask every rank how far it
  * got, and say who is missing. Returns the culprit (-1: none found). */
-static int who_is_missing(chorusComm_t comm, uint64_t seq, int stuck_peer, char *out, size_t len)
+static int who_is_missing(chorusComm_t comm, uint64_t seq, int stuck_peer, int *dead_p, char *out,
+                          size_t len)
 {
     int n = comm->nranks, me = comm->rank;
     uint32_t qid = (__atomic_add_fetch(&comm->status_queries, 1, __ATOMIC_RELAXED) & 0xffff) |
@@ -219,8 +220,9 @@ static int who_is_missing(chorusComm_t comm, uint64_t seq, int stuck_peer, char 
     int64_t window_ms = comm->timeout_ms / 10;
     window_ms = window_ms < 200 ? 200 : window_ms > 2000 ? 2000 : window_ms;
     int64_t deadline = fifo_now_ns() + window_ms * 1000000;
-    char silent[160] = "", never[200] = "", stuck[160] = "";
-    int nsilent = 0, nnever = 0, nstuck = 0, culprit = -1, first_never = -1;
+    char silent[160] = "", never[200] = "", stuck[160] = "", dead[160] = "";
+    int nsilent = 0, nnever = 0, nstuck = 0, ndead = 0, culprit = -1, first_never = -1;
+    int first_dead = -1;
     uint64_t never_last = 0;
     for (int r = 0; r < n; r++) {
         if (r == me)
@@ -230,6 +232,14 @@ static int who_is_missing(chorusComm_t comm, uint64_t seq, int stuck_peer, char 
         if (sent == NULL || !sent[r] ||
             boot_recv_timeout(comm->boot, r, BOOT_TAG_STATUS | qid, &a, sizeof(a),
                               left_ms > 0 ? left_ms : 0, &comm->user_abort) != chorusSuccess) {
+            /* Silent: a process of this machine that is gone died (its death went unseen by
+             * this rank's waits, on another rank's connection); else it is stopped or cut off. */
+            if (!health_peer_alive(comm, r)) {
+                list_add(dead, sizeof(dead), &ndead, r);
+                if (first_dead < 0)
+                    first_dead = r;
+                continue;
+            }
             list_add(silent, sizeof(silent), &nsilent, r);
             if (culprit < 0)
                 culprit = r;
@@ -247,12 +257,19 @@ static int who_is_missing(chorusComm_t comm, uint64_t seq, int stuck_peer, char 
     }
     debug_set_quiet_errors(quiet);
     free(sent);
+    *dead_p = first_dead >= 0;
+    if (first_dead >= 0)
+        culprit = first_dead;
     if (culprit < 0)
         culprit = first_never >= 0 ? first_never : stuck_peer;
     size_t used = 0;
     char host[PEER_HOSTID_BYTES];
     out[0] = '\0';
-    if (nsilent)
+    if (ndead)
+        used += snprintf(out + used, len - used,
+                         "rank%s %s died (process gone, found by the status exchange); ",
+                         ndead > 1 ? "s" : "", dead);
+    if (nsilent && used < len)
         used += snprintf(out + used, len - used,
                          "rank%s %s did not answer the status exchange (stopped, hung or "
                          "unreachable); ",
@@ -265,7 +282,7 @@ static int who_is_missing(chorusComm_t comm, uint64_t seq, int stuck_peer, char 
     if (nstuck && used < len)
         used += snprintf(out + used, len - used, "rank%s %s entered it and wait too; ",
                          nstuck > 1 ? "s" : "", stuck);
-    if (!nsilent && !nnever && seq != 0 && used < len)
+    if (!ndead && !nsilent && !nnever && seq != 0 && used < len)
         used += snprintf(out + used, len - used,
                          "every rank entered it: rank %d is slow or deadlocked; ", stuck_peer);
     if (used < len)
@@ -298,11 +315,19 @@ chorusResult_t health_explain(chorusComm_t comm, const char *what, uint64_t seq,
                     "rank %d (host %s): its %s connection failed%s%s (did it exit or crash?)", peer,
                     host_of(comm, peer, host, sizeof(host)), tp, why[0] ? ": " : "", why);
     } else if (f.kind == FAIL_TIMEOUT && !failure_known(comm)) {
-        int culprit = who_is_missing(comm, seq, peer, why, sizeof(why));
+        int dead = 0;
+        int culprit = who_is_missing(comm, seq, peer, &dead, why, sizeof(why));
         WARN(SUB_COLL, "rank %d: %s: %s", comm->rank, what, why);
-        health_fail(comm, chorusTimeout, culprit, 1,
-                    "timed out after %lld ms (CHORUS_TIMEOUT_MS): %s",
-                    (long long)(f.waited_ns / 1000000), why);
+        if (dead)
+            health_fail(comm, chorusRemoteError, culprit, 1,
+                        "rank %d (host %s, pid %d) died; this rank noticed only at its deadline "
+                        "after %lld ms (CHORUS_TIMEOUT_MS): %s",
+                        culprit, host_of(comm, culprit, host, sizeof(host)),
+                        (int)comm->peers[culprit].pid, (long long)(f.waited_ns / 1000000), why);
+        else
+            health_fail(comm, chorusTimeout, culprit, 1,
+                        "timed out after %lld ms (CHORUS_TIMEOUT_MS): %s",
+                        (long long)(f.waited_ns / 1000000), why);
     } else if (!failure_known(comm)) {
         /* Not a peer's fault as far as this rank can tell (a size mismatch, say): still tell the
          * others, whose waits on this rank would otherwise run to their deadline. */
@@ -312,6 +337,28 @@ chorusResult_t health_explain(chorusComm_t comm, const char *what, uint64_t seq,
     pthread_mutex_lock(&comm->state_lock);
     chorusResult_t code = comm->failure.code;
     snprintf(why, sizeof(why), "%s", comm->failure.text);
+    comm->failure.reported = 1;
     pthread_mutex_unlock(&comm->state_lock);
+    return ERR(code, SUB_COLL, "%s (rank %d) failed: %s", what, comm->rank, why);
+}
+
+chorusResult_t health_report_once(chorusComm_t comm, const char *fn, int coll)
+{
+    char why[HEALTH_TEXT_BYTES], what[96];
+    if (__atomic_load_n(&comm->user_abort, __ATOMIC_ACQUIRE))
+        return chorusSuccess;
+    pthread_mutex_lock(&comm->state_lock);
+    int report = comm->failure.set && !comm->failure.reported;
+    chorusResult_t code = comm->failure.code;
+    snprintf(why, sizeof(why), "%s", comm->failure.text);
+    comm->failure.reported |= report;
+    pthread_mutex_unlock(&comm->state_lock);
+    if (!report)
+        return chorusSuccess;
+    if (coll)
+        snprintf(what, sizeof(what), "%s #%llu", fn,
+                 (unsigned long long)__atomic_add_fetch(&comm->coll_entered, 1, __ATOMIC_ACQ_REL));
+    else
+        snprintf(what, sizeof(what), "%s", fn);
     return ERR(code, SUB_COLL, "%s (rank %d) failed: %s", what, comm->rank, why);
 }

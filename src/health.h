@@ -26,6 +26,7 @@ typedef struct comm_failure {
     int set;
     chorusResult_t code;
     int culprit; /* -1: unknown */
+    int reported; /* a call of this rank has returned it (health_explain, health_report_once) */
     char text[HEALTH_TEXT_BYTES];
 } comm_failure_t;
 
@@ -44,6 +45,11 @@ void health_fail(struct chorusComm *comm, chorusResult_t code, int culprit, int 
 /* An operation (described as "chorusAllReduce #7") failed with res: find the cause (the waits'
  * record, a peer's notice, a deadline explained by the status exchange), tell the others, and
  * return the code with the error text set (ERR). */
+/* A failure this rank learned of between calls (a peer's notice) is the result of its next call,
+ * once, named like one that failed while running: "chorusAllReduce #18 (rank 2) failed: ..." (a
+ * collective, coll != 0, is counted as entered). chorusSuccess when there is none to report: the
+ * caller then says the communicator was aborted (chorusInvalidUsage). */
+chorusResult_t health_report_once(struct chorusComm *comm, const char *fn, int coll);
 chorusResult_t health_explain(struct chorusComm *comm, const char *what, uint64_t seq,
                               chorusResult_t res);
 

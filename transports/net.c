@@ -408,6 +408,9 @@ static chorusResult_t proxy_add(net_state_t *ns, net_conn_t *c)
     ns->conns[ns->nconns++] = c;
     c->in_proxy = 1;
     pthread_mutex_unlock(&ns->lock);
+    /* A connection made during an operation (trees connect on first use) has receives to post
+     * at once: a proxy asleep on the other connections' fds would not see it for 100 ms. */
+    fifo_bell_ring(&ns->bell);
     return chorusSuccess;
 }
 
