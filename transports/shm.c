@@ -5,20 +5,37 @@
  * 0600, so only this user's processes can map it. The sender maps it by name and writes slots in
  * place. The receiver unlinks the name as soon as the sender has said it mapped the segment, so a
  * crash from then on leaves nothing in /dev/shm; the memory lives until both sides unmap it.
+ *
+ * Two things guard /dev/shm itself:
+ *  - The segment's pages are allocated (posix_fallocate) before it is mapped. ftruncate on a full
+ *    tmpfs succeeds, and the first touch of a page it cannot back is a SIGBUS; fallocate says
+ *    ENOSPC instead, which becomes an error naming /dev/shm, the bytes needed and the bytes free.
+ *  - A process killed between setup and connect leaves its segment's name behind. The first
+ *    segment a process creates sweeps such leftovers: /dev/shm/chorus-<pid>-* of this user whose
+ *    <pid> is gone.
  */
 #define _GNU_SOURCE
 #include "transport.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "debug.h"
+
+/* Where glibc's shm_open puts its names on Linux. */
+#define SHM_DIR "/dev/shm"
+#define SHM_PREFIX "chorus-"
 
 typedef struct shm_handle {
     char name[64];
@@ -51,38 +68,131 @@ static void shm_bind(transport_res_t *res, const conn_setup_t *s, conn_t *conn)
     conn->transport = "shm";
 }
 
-static chorusResult_t shm_map(const char *name, size_t nbytes, int create, void **map_p)
+/* The <pid> of a name "chorus-<pid>-...", or -1 for any other name. */
+static long shm_name_pid(const char *entry)
 {
+    size_t plen = strlen(SHM_PREFIX);
+    if (strncmp(entry, SHM_PREFIX, plen) != 0 || entry[plen] < '1' || entry[plen] > '9')
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long pid = strtol(entry + plen, &end, 10);
+    if (errno != 0 || *end != '-' || pid <= 0 || pid > INT32_MAX)
+        return -1;
+    return pid;
+}
+
+/* Unlink /dev/shm/chorus-<pid>-* entries of this user whose process is gone (kill(pid, 0) says
+ * ESRCH): names a job killed during connection setup left behind. A live pid (even one reused by
+ * an unrelated process) keeps its entries; other users' entries and other names are never touched.
+ * Limit: a process in another pid namespace that shares this /dev/shm under the same uid looks
+ * dead from here; only its setup window (create to connect) is exposed, and it then fails to
+ * connect rather than corrupting anything. */
+static void shm_sweep(void)
+{
+    DIR *d = opendir(SHM_DIR);
+    if (d == NULL)
+        return; /* shm_open reports a missing /dev/shm with its own error */
+    uid_t uid = geteuid();
+    long self = (long)getpid();
+    int removed = 0, failed = 0, failed_errno = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid = shm_name_pid(e->d_name);
+        if (pid < 0 || pid == self)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != uid)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char name[300];
+        snprintf(name, sizeof(name), "/%s", e->d_name);
+        if (shm_unlink(name) == 0)
+            removed++;
+        else if (errno != ENOENT) { /* ENOENT: another process swept it first */
+            failed++;
+            failed_errno = errno;
+        }
+    }
+    closedir(d);
+    if (removed > 0)
+        INFO(SUB_SHM,
+             "removed %d stale " SHM_DIR "/" SHM_PREFIX "<pid>-* segment(s) of dead "
+             "processes",
+             removed);
+    if (failed > 0)
+        WARN(SUB_SHM,
+             "could not remove %d stale " SHM_DIR "/" SHM_PREFIX "<pid>-* segment(s) of "
+             "dead processes: %s",
+             failed, strerror(failed_errno));
+}
+
+static pthread_once_t shm_sweep_once = PTHREAD_ONCE_INIT;
+
+/* Give the segment its pages now; ENOSPC is an error that says how much room /dev/shm lacks. */
+static chorusResult_t shm_allocate(int fd, const char *name, size_t nbytes, const conn_setup_t *s)
+{
+    int rc;
+    int tries = 0;
+    /* tmpfs's fallocate stops with EINTR when a signal is pending; the next call goes on. */
+    while ((rc = posix_fallocate(fd, 0, (off_t)nbytes)) == EINTR && ++tries < 100)
+        ;
+    if (rc == 0)
+        return chorusSuccess;
+    struct statvfs vfs;
+    unsigned long long free_nbytes = 0, total_nbytes = 0;
+    if (statvfs(SHM_DIR, &vfs) == 0) {
+        free_nbytes = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+        total_nbytes = (unsigned long long)vfs.f_blocks * vfs.f_frsize;
+    }
+    if (rc == ENOSPC || rc == EFBIG)
+        return ERR(chorusSystemError, SUB_SHM,
+                   "%s is too small: the shared-memory FIFO %s%s from rank %d needs %zu bytes and "
+                   "%s has %llu bytes free of %llu (posix_fallocate: %s). Give %s more room "
+                   "(containers: docker run --shm-size=1g or more; Kubernetes: an emptyDir with "
+                   "medium: Memory on %s), or make each FIFO smaller with a lower CHORUS_BUFFSIZE "
+                   "or CHORUS_P2P_BUFFSIZE, or use fewer channels (CHORUS_MAX_NCHANNELS)",
+                   SHM_DIR, SHM_DIR, name, s->peer->rank, nbytes, SHM_DIR, free_nbytes,
+                   total_nbytes, strerror(rc), SHM_DIR, SHM_DIR);
+    return ERR(chorusSystemError, SUB_SHM,
+               "posix_fallocate of %zu bytes for the shared-memory FIFO " SHM_DIR "%s from rank %d "
+               "failed: %s (" SHM_DIR " has %llu bytes free of %llu)",
+               nbytes, name, s->peer->rank, strerror(rc), free_nbytes, total_nbytes);
+}
+
+/* Map the receiver's segment: create (and allocate) it when create is set, else open it by name. */
+static chorusResult_t shm_map(const char *name, size_t nbytes, int create, const conn_setup_t *s,
+                              void **map_p)
+{
+    chorusResult_t res;
     int fd = shm_open(name, create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
     if (fd < 0)
         return ERR(chorusSystemError, SUB_SHM,
-                   "shm_open(%s) failed: %s (is /dev/shm mounted "
-                   "and writable?)",
-                   name, strerror(errno));
-    if (create && ftruncate(fd, (off_t)nbytes) != 0) {
-        int e = errno;
-        close(fd);
-        shm_unlink(name);
-        return ERR(chorusSystemError, SUB_SHM,
-                   "ftruncate(%s, %zu) failed: %s (is /dev/shm "
-                   "full?)",
-                   name, nbytes, strerror(e));
-    }
+                   "shm_open(%s) for the FIFO %s rank %d failed: %s (is " SHM_DIR " mounted, "
+                   "writable and not out of inodes?)",
+                   name, create ? "from" : "to", s->peer->rank, strerror(errno));
+    if (create)
+        CHECK_GOTO(shm_allocate(fd, name, nbytes, s), res, err_unlink);
     void *map = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int e = errno;
-    close(fd);
     if (map == MAP_FAILED) {
-        if (create)
-            shm_unlink(name);
-        return ERR(chorusSystemError, SUB_SHM, "mmap of %s (%zu bytes) failed: %s", name, nbytes,
-                   strerror(e));
+        res = ERR(chorusSystemError, SUB_SHM, "mmap of %s (%zu bytes) failed: %s", name, nbytes,
+                  strerror(errno));
+        goto err_unlink;
     }
+    close(fd);
     if (create) {
-        /* Touch the pages now (ftruncate gives zeros): no page faults in the first collective. */
+        /* Touch the pages now (allocated and zero): no page faults in the first collective. */
         memset(map, 0, nbytes);
     }
     *map_p = map;
     return chorusSuccess;
+err_unlink:
+    close(fd);
+    if (create)
+        shm_unlink(name);
+    return res;
 }
 
 static chorusResult_t shm_setup(const conn_setup_t *s, transport_res_t *res, conn_t *conn,
@@ -92,13 +202,14 @@ static chorusResult_t shm_setup(const conn_setup_t *s, transport_res_t *res, con
     memset(handle_p, 0, sizeof(*handle_p));
     if (s->dir == CONN_SEND)
         return chorusSuccess; /* the sender owns nothing; it maps the receiver's segment */
+    pthread_once(&shm_sweep_once, shm_sweep);
     uint32_t rnd = 0;
     if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
         rnd = (uint32_t)fifo_now_ns();
-    snprintf(res->name, sizeof(res->name), "/chorus-%d-%08x-%d-%d-%d", (int)getpid(), rnd,
+    snprintf(res->name, sizeof(res->name), "/" SHM_PREFIX "%d-%08x-%d-%d-%d", (int)getpid(), rnd,
              s->peer->rank, s->self->rank, s->tag);
     res->map_nbytes = shm_map_nbytes(s);
-    CHECK(shm_map(res->name, res->map_nbytes, 1, &res->map));
+    CHECK(shm_map(res->name, res->map_nbytes, 1, s, &res->map));
     shm_bind(res, s, conn);
     shm_handle_t h;
     memset(&h, 0, sizeof(h));
@@ -136,7 +247,7 @@ static chorusResult_t shm_connect(const conn_setup_t *s, const transport_handle_
                    s->slot_nbytes);
     snprintf(res->name, sizeof(res->name), "%s", h.name);
     res->map_nbytes = h.map_nbytes;
-    CHECK(shm_map(res->name, res->map_nbytes, 0, &res->map));
+    CHECK(shm_map(res->name, res->map_nbytes, 0, s, &res->map));
     res->unlinked = 1; /* the owner unlinks */
     shm_bind(res, s, conn);
     return chorusSuccess;
