@@ -13,6 +13,7 @@ packages=(
     gnuplot-nox                       # trainer/plot: loss and accuracy curves as PNG
     iproute2                          # `ip`, used by the interface-selection tests
     clang-format                      # formatting check in scripts/test.sh
+    clang libclang-rt-14-dev          # scripts/fuzz.sh: libFuzzer and the sanitizers' runtimes
 )
 optional=(dataset-fashion-mnist) # trainer data; skipped with a note where the archive lacks it
 

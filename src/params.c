@@ -7,6 +7,7 @@
 #include "params.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,7 +127,11 @@ static chorusResult_t parse_int(const param_def_t *d, const char *text, int64_t 
         end++;
         if (*end == 'B' || *end == 'b')
             end++;
-        v *= mult;
+        /* Saturate: a product past int64 is out of every range, and reported as such. */
+        if (v > LLONG_MAX / mult || v < LLONG_MIN / mult)
+            v = v < 0 ? LLONG_MIN : LLONG_MAX;
+        else
+            v *= mult;
     }
     if (*end != '\0')
         goto bad;
@@ -141,6 +146,28 @@ bad:
                text,
                d->type == PT_BYTES ? "a byte count (digits with an optional K, M or G suffix)"
                                    : "an integer");
+}
+
+/* Parse text as d's value into field: an int64_t, or a string of PARAM_STR_MAX bytes. */
+static chorusResult_t parse_value(const param_def_t *d, const char *text, void *field)
+{
+    if (d->type != PT_STR)
+        return parse_int(d, text, field);
+    if (strlen(text) >= PARAM_STR_MAX)
+        return ERR(chorusInvalidArgument, SUB_ENV,
+                   "environment variable %s is longer than %d characters", d->name,
+                   PARAM_STR_MAX - 1);
+    strcpy(field, text);
+    return chorusSuccess;
+}
+
+chorusResult_t params_parse_text(const char *name, const char *text, int64_t *int_p,
+                                 char str[PARAM_STR_MAX])
+{
+    const param_def_t *d = param_find(name);
+    if (d == NULL)
+        return ERR(chorusInternalError, SUB_ENV, "%s is not a variable of the table", name);
+    return parse_value(d, text, d->type == PT_STR ? (void *)str : (void *)int_p);
 }
 
 chorusResult_t params_get_int(const char *name, int64_t min, int64_t max, int64_t *value_p,
@@ -177,16 +204,7 @@ chorusResult_t params_load(params_t *params_p)
         int set = text != NULL && text[0] != '\0';
         if (!set)
             text = d->def;
-        char *field = (char *)&p + d->offset;
-        if (d->type == PT_STR) {
-            if (strlen(text) >= PARAM_STR_MAX)
-                return ERR(chorusInvalidArgument, SUB_ENV,
-                           "environment variable %s is longer than %d characters", d->name,
-                           PARAM_STR_MAX - 1);
-            strcpy(field, text);
-        } else {
-            CHECK(parse_int(d, text, (int64_t *)(void *)field));
-        }
+        CHECK(parse_value(d, text, (char *)&p + d->offset));
     }
     if (p.nsocks_perthread * (p.socket_nthreads > 0 ? p.socket_nthreads : 1) > 64)
         return ERR(chorusInvalidArgument, SUB_ENV,

@@ -45,6 +45,10 @@ const char *params_raw(const char *name);
 /* Parse helpers that report the variable by name on a malformed value. */
 chorusResult_t params_get_int(const char *name, int64_t min, int64_t max, int64_t *value_p,
                               int *set_p);
+/* Parse text as a value of the table's variable name, as params_load does, without reading the
+ * environment: an integer variable into *int_p, a string one into str. Pure (tests/fuzz). */
+chorusResult_t params_parse_text(const char *name, const char *text, int64_t *int_p,
+                                 char str[PARAM_STR_MAX]);
 /* Log (at INFO) every variable of the table that is set. */
 void params_log_set(void);
 /* Print the table (name, default, doc) as Markdown rows: used to write the README's table. */
