@@ -351,7 +351,8 @@ static chorusResult_t send_msg(boot_t *b, int peer, uint32_t tag, const void *bu
     pthread_mutex_lock(&b->send_lock);
     if (b->out_fd[peer] < 0) {
         int fd;
-        CHECK_GOTO(sock_connect(&b->addrs[peer], deadline, abort_flag, &fd), res, out);
+        /* Every peer listened before the rendezvous: a refusal means it is gone. */
+        CHECK_GOTO(sock_connect_listening(&b->addrs[peer], deadline, abort_flag, 1, &fd), res, out);
         peer_hello_t h = {BOOT_MAGIC, b->secret, b->rank, 0};
         res = sock_send_all(fd, &h, sizeof(h), deadline);
         if (res != chorusSuccess) {

@@ -40,6 +40,19 @@ static const transport_ops_t *pick_transport(const peer_info_t *self, const peer
     return NULL;
 }
 
+/* A bootstrap exchange with peer failed mid-operation: record it as the operation's failure on
+ * that peer's connection, so the error names the peer (and a dead process as a death). */
+static chorusResult_t boot_failed(chorusComm_t comm, int peer, chorusResult_t res)
+{
+    wait_ctx_t w;
+    memset(&w, 0, sizeof(w));
+    w.fail = &comm->op_fail;
+    if (res != chorusSuccess)
+        fifo_note_failure(&w, res == chorusTimeout ? FAIL_TIMEOUT : FAIL_CONN, peer, "bootstrap",
+                          0);
+    return res;
+}
+
 chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
 {
     chorusResult_t res = chorusSuccess;
@@ -75,14 +88,17 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
     /* Handles go out only once every setup of this rank succeeded: a setup that fails (a full
      * /dev/shm) then leaves no peer mapping a segment this rank is about to tear down. */
     for (int i = 0; i < n; i++)
-        CHECK_GOTO(boot_send(comm->boot, reqs[i].peer, handle_tag(reqs[i].tag, reqs[i].dir),
-                             &my_handles[i], sizeof(my_handles[i])),
-                   res, out);
+        CHECK_GOTO(
+            boot_failed(comm, reqs[i].peer,
+                        boot_send(comm->boot, reqs[i].peer, handle_tag(reqs[i].tag, reqs[i].dir),
+                                  &my_handles[i], sizeof(my_handles[i]))),
+            res, out);
     for (int i = 0; i < n; i++) {
         conn_req_t *r = &reqs[i];
         conn_dir_t other = r->dir == CONN_SEND ? CONN_RECV : CONN_SEND;
-        CHECK_GOTO(boot_recv(comm->boot, r->peer, handle_tag(r->tag, other), &peer_handles[i],
-                             sizeof(peer_handles[i])),
+        CHECK_GOTO(boot_failed(comm, r->peer,
+                               boot_recv(comm->boot, r->peer, handle_tag(r->tag, other),
+                                         &peer_handles[i], sizeof(peer_handles[i]))),
                    res, out);
         if (r->dir != CONN_SEND)
             continue;
@@ -93,7 +109,9 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
         INFO(SUB_INIT, "conn %s: rank %d -> rank %d via %s", label, comm->rank, r->peer,
              r->cc->tp->name);
         char ack = 1;
-        CHECK_GOTO(boot_send(comm->boot, r->peer, BOOT_TAG_ACK | ((uint32_t)r->tag << 1), &ack, 1),
+        CHECK_GOTO(boot_failed(comm, r->peer,
+                               boot_send(comm->boot, r->peer,
+                                         BOOT_TAG_ACK | ((uint32_t)r->tag << 1), &ack, 1)),
                    res, out);
     }
     for (int i = 0; i < n; i++) {
@@ -101,7 +119,9 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
         if (r->dir != CONN_RECV)
             continue;
         char ack;
-        CHECK_GOTO(boot_recv(comm->boot, r->peer, BOOT_TAG_ACK | ((uint32_t)r->tag << 1), &ack, 1),
+        CHECK_GOTO(boot_failed(comm, r->peer,
+                               boot_recv(comm->boot, r->peer,
+                                         BOOT_TAG_ACK | ((uint32_t)r->tag << 1), &ack, 1)),
                    res, out);
         CHECK_GOTO(r->cc->tp->connect(&setups[i], &peer_handles[i], &r->cc->res, &r->cc->conn), res,
                    out);

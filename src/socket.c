@@ -226,6 +226,12 @@ static int poll_one(int fd, short events, int64_t deadline_ns)
 chorusResult_t sock_connect(const sock_addr_t *addr, int64_t deadline_ns,
                             const volatile uint32_t *abort_flag, int *fd_p)
 {
+    return sock_connect_listening(addr, deadline_ns, abort_flag, 0, fd_p);
+}
+
+chorusResult_t sock_connect_listening(const sock_addr_t *addr, int64_t deadline_ns,
+                                      const volatile uint32_t *abort_flag, int listening, int *fd_p)
+{
     char str[80];
     int last_errno = 0;
     int64_t backoff_ns = 1000000;
@@ -267,6 +273,11 @@ chorusResult_t sock_connect(const sock_addr_t *addr, int64_t deadline_ns,
         }
         last_errno = errno;
         close(fd);
+        if (last_errno == ECONNREFUSED && listening)
+            return ERR(chorusRemoteError, SUB_BOOT,
+                       "connect to %s refused: the listener there was up and is gone (its "
+                       "process exited or closed it)",
+                       sock_addr_str(addr, str, sizeof(str)));
         if (last_errno != ECONNREFUSED && last_errno != ETIMEDOUT && last_errno != EAGAIN &&
             last_errno != ENETUNREACH && last_errno != EHOSTUNREACH)
             break;

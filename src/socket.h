@@ -35,6 +35,12 @@ chorusResult_t sock_listen(const sock_addr_t *addr, int *fd_p, sock_addr_t *boun
 /* Connect to addr, retrying refused attempts until deadline (the listener may come up later). */
 chorusResult_t sock_connect(const sock_addr_t *addr, int64_t deadline_ns,
                             const volatile uint32_t *abort_flag, int *fd_p);
+/* The same for an address whose listener is known to have been up (a bootstrap peer after the
+ * rendezvous) when listening is set: a refused connection then fails at once (the process is
+ * gone) instead of being retried until the deadline. */
+chorusResult_t sock_connect_listening(const sock_addr_t *addr, int64_t deadline_ns,
+                                      const volatile uint32_t *abort_flag, int listening,
+                                      int *fd_p);
 chorusResult_t sock_send_all(int fd, const void *buf, size_t nbytes, int64_t deadline_ns);
 chorusResult_t sock_recv_all(int fd, void *buf, size_t nbytes, int64_t deadline_ns);
 /* sock_recv_all that also gives up (chorusRemoteError) once *abort_flag is set. */
