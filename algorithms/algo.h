@@ -79,6 +79,28 @@ chorusResult_t tree_allreduce_program(const channel_work_t *w);
 chorusResult_t tree_broadcast_program(const channel_work_t *w);
 chorusResult_t tree_reduce_program(const channel_work_t *w);
 
+/* Direct algorithms (direct.c) over node-local windows: rank r's window, mapped by every local
+ * rank at base[r], is a header of sequence flags then two buffers of buf_nbytes. */
+#define DIRECT_HDR_NBYTES 4096
+#define DIRECT_MAX_RANKS 256
+typedef struct direct_hdr {
+    fifo_flag_t ready; /* the rank's input of piece s is in its buffer */
+    fifo_flag_t reduced; /* two-shot: its part of piece s is reduced, in its buffer */
+    fifo_flag_t done; /* it has read everything it reads of piece s */
+} direct_hdr_t;
+
+typedef struct direct_view {
+    int nranks, rank;
+    char *const *base; /* [nranks] */
+    size_t buf_nbytes;
+    uint64_t *seq; /* pieces run so far on the communicator (advanced by the program) */
+} direct_view_t;
+
+/* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,
+ * all-gather, reduce-scatter. Runs on the caller's thread; waits use p's wait context. */
+chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                              int twoshot);
+
 /* a mod n for any sign of a: a ring position. */
 static inline int ring_mod(int a, int n)
 {

@@ -84,11 +84,14 @@ int fifo_peer_gone(const wait_ctx_t *w, int peer, const char *transport, int64_t
     return 1;
 }
 
-/* Wait until the counter reaches target (>=) on connection c. */
-static chorusResult_t wait_counter(const conn_t *c, uint64_t *counter, uint32_t *sleepers,
-                                   uint64_t target, const wait_ctx_t *w, const char *what)
+/* Wait until the counter reaches target (>=); error (optional) is a failed connection's flag. */
+static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers, const uint32_t *error,
+                                const char *transport, uint64_t target, const wait_ctx_t *w,
+                                const char *what)
 {
-    const uint32_t *error = &c->ctrl->error;
+    static const uint32_t no_error = 0;
+    if (error == NULL)
+        error = &no_error;
     for (int64_t i = 0; i < w->spin; i++) {
         if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
             return chorusSuccess;
@@ -109,27 +112,27 @@ static chorusResult_t wait_counter(const conn_t *c, uint64_t *counter, uint32_t 
             return chorusSuccess;
         int64_t now = fifo_now_ns();
         if (__atomic_load_n(error, __ATOMIC_ACQUIRE)) {
-            fifo_note_failure(w, FAIL_CONN, w->peer, c->transport, now - start);
+            fifo_note_failure(w, FAIL_CONN, w->peer, transport, now - start);
             return ERR(chorusRemoteError, SUB_COLL,
                        "wait for %s of peer rank %d stopped: the %s connection failed", what,
-                       w->peer, c->transport ? c->transport : "");
+                       w->peer, transport ? transport : "");
         }
         if (w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE))
             return ERR(chorusRemoteError, SUB_COLL,
                        "wait for %s of peer rank %d stopped: the communicator was aborted", what,
                        w->peer);
         if (now - start >= w->timeout_ns) {
-            fifo_note_failure(w, FAIL_TIMEOUT, w->peer, c->transport, now - start);
+            fifo_note_failure(w, FAIL_TIMEOUT, w->peer, transport, now - start);
             return ERR(chorusTimeout, SUB_COLL,
                        "peer rank %d did not advance the %s within %lld ms (CHORUS_TIMEOUT_MS); "
                        "is it stuck or not calling the same collective?",
                        w->peer, what, (long long)(w->timeout_ns / 1000000));
         }
-        if (fifo_peer_gone(w, w->peer, c->transport, &last_check, now - start))
+        if (fifo_peer_gone(w, w->peer, transport, &last_check, now - start))
             return ERR(chorusRemoteError, SUB_COLL,
                        "peer rank %d's process is gone: it died while this rank waited for the %s "
                        "(%s connection)",
-                       w->peer, what, c->transport ? c->transport : "");
+                       w->peer, what, transport ? transport : "");
         int64_t left = w->timeout_ns - (now - start);
         if (left > FIFO_SLEEP_SLICE_NS)
             left = FIFO_SLEEP_SLICE_NS;
@@ -142,11 +145,31 @@ static chorusResult_t wait_counter(const conn_t *c, uint64_t *counter, uint32_t 
     }
 }
 
+/* Wait until the counter reaches target (>=) on connection c. */
+static chorusResult_t wait_counter(const conn_t *c, uint64_t *counter, uint32_t *sleepers,
+                                   uint64_t target, const wait_ctx_t *w, const char *what)
+{
+    return wait_word(counter, sleepers, &c->ctrl->error, c->transport, target, w, what);
+}
+
+chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wait_ctx_t *w,
+                              const char *transport, const char *what)
+{
+    if (__atomic_load_n(&f->value, __ATOMIC_ACQUIRE) >= target)
+        return chorusSuccess;
+    return wait_word(&f->value, &f->sleepers, NULL, transport, target, w, what);
+}
+
 static void publish(uint64_t *counter, uint32_t *sleepers, uint64_t value)
 {
     __atomic_store_n(counter, value, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(sleepers, __ATOMIC_SEQ_CST) != 0)
         futex_wake_all(counter);
+}
+
+void fifo_set_flag(fifo_flag_t *f, uint64_t value)
+{
+    publish(&f->value, &f->sleepers, value);
 }
 
 chorusResult_t fifo_wait_send(conn_t *c, const wait_ctx_t *w, void **slot_p)

@@ -76,6 +76,20 @@ typedef struct conn {
     fifo_bell_t *bell; /* NULL unless a proxy serves the other side */
 } conn_t;
 
+/* A sequence flag in shared memory (the direct algorithms' windows): one writer publishes
+ * increasing values, any number of readers wait for a value, spinning then sleeping on the
+ * futex like the FIFO counters (and with the same abort, deadline and liveness checks). */
+typedef struct fifo_flag {
+    _Alignas(64) uint64_t value;
+    uint32_t sleepers;
+} fifo_flag_t;
+
+/* Wait until f reaches target; w->peer names the writer in errors. */
+chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wait_ctx_t *w,
+                              const char *transport, const char *what);
+/* Publish value (release) and wake its sleepers. */
+void fifo_set_flag(fifo_flag_t *f, uint64_t value);
+
 /* Producer: wait for a free slot, return its address. */
 chorusResult_t fifo_wait_send(conn_t *c, const wait_ctx_t *w, void **slot_p);
 /* Producer: publish the slot just written with nbytes of payload. */

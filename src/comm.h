@@ -66,6 +66,10 @@ struct chorusComm {
     transport_comm_t tc; /* what transports share (net plugin, proxy thread) */
     tuner_t tuner;
     int trees_connected; /* channel trees are connected on their first use */
+    char **win_base; /* [nranks]: direct windows, mapped on first use (window.c); else NULL */
+    size_t win_map_nbytes;
+    uint64_t win_seq; /* direct pieces run so far */
+    direct_view_t win_view;
     channel_t channels[MAX_CHANNELS];
     comm_conn_t *p2p_send; /* [nranks], built on first use */
     comm_conn_t *p2p_recv;
@@ -87,6 +91,12 @@ struct chorusComm {
     pthread_cond_t state_cv;
     char last_error[1024];
 };
+
+/* window.c: the direct algorithms' node-local windows. possible: every rank on this host and
+ * reachable over shm (the same answer on every rank). connect: map them (collective; once). */
+int window_possible(chorusComm_t comm);
+chorusResult_t window_connect(chorusComm_t comm);
+void window_close(chorusComm_t comm);
 
 /* One issued operation. */
 typedef struct comm_op {

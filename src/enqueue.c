@@ -247,6 +247,14 @@ static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
 {
     size_t esize = dtype_nbytes(a->dtype);
     tune_choice_t choice = tune_pick(&comm->tuner, a->kind, a->count * esize);
+    if ((choice.algo == ALGO_ONESHOT || choice.algo == ALGO_TWOSHOT) && comm->nranks > 1) {
+        TRACE(SUB_TUNING, "%s of %zu bytes: %s, model %.1f us", coll_name(a->kind),
+              a->count * esize, algo_name(choice.algo), choice.predicted_us);
+        CHECK(window_connect(comm));
+        prims_t p;
+        fill_prims(comm, a, &p);
+        return direct_program(&p, &comm->win_view, a, choice.algo == ALGO_TWOSHOT);
+    }
     int tree = choice.algo == ALGO_TREE && comm->nranks > 1;
     int nch = comm->nchannels;
     if (!comm->nchannels_forced && choice.nchannels < nch)

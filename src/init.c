@@ -201,23 +201,27 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
                      .max_channels = comm->nchannels,
                      .host_cores = comm->topo != NULL ? CPU_COUNT(&comm->topo->cpus) : 0,
                      .machine_ranks = comm->machine_ranks,
-                     .slice_nbytes = (size_t)(comm->params.buffsize / comm->params.steps)};
+                     .slice_nbytes = (size_t)(comm->params.buffsize / comm->params.steps),
+                     .direct_nbytes = (size_t)comm->params.direct_buffsize};
     transport_net_speed(&comm->tc, &t.net_gbps, &t.net_latency_us);
     /* Every rank must pick the same algorithm for a call, so the model's machine-dependent
      * inputs are agreed on: the fewest cores, the slowest link, the longest latency. A rank whose
      * ring neighbours are all local has no net state (0: unknown) and takes the others' word;
      * before this, such a rank assumed 10 Gbit/s where its peers knew 1, picked another
      * algorithm at 16 MiB, and the job hung (2 hosts x 4 ranks). */
-    int64_t *all = calloc((size_t)comm->nranks * 3, sizeof(int64_t));
+    int64_t *all = calloc((size_t)comm->nranks * 4, sizeof(int64_t));
     if (all == NULL)
         return ERR(chorusSystemError, SUB_TUNING, "out of memory");
-    int64_t *mine = all + 3 * comm->rank;
+    int64_t *mine = all + 4 * comm->rank;
     mine[0] = t.host_cores;
     mine[1] = (int64_t)(t.net_gbps * 1000.0);
     mine[2] = (int64_t)(t.net_latency_us * 1000.0);
-    chorusResult_t res = boot_allgather(comm->boot, all, 3 * sizeof(int64_t));
+    mine[3] = window_possible(comm); /* direct algorithms: only where every rank can map */
+    chorusResult_t res = boot_allgather(comm->boot, all, 4 * sizeof(int64_t));
     for (int r = 0; res == chorusSuccess && r < comm->nranks; r++) {
-        const int64_t *v = all + 3 * r;
+        const int64_t *v = all + 4 * r;
+        if (v[3] < mine[3])
+            mine[3] = v[3];
         if (v[0] > 0 && (mine[0] == 0 || v[0] < mine[0]))
             mine[0] = v[0];
         if (v[1] > 0 && (mine[1] == 0 || v[1] < mine[1]))
@@ -228,6 +232,7 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     t.host_cores = (int)mine[0];
     t.net_gbps = (double)mine[1] / 1000.0;
     t.net_latency_us = (double)mine[2] / 1000.0;
+    t.direct = (int)mine[3];
     free(all);
     CHECK(res);
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
@@ -340,6 +345,7 @@ void comm_free(chorusComm_t comm)
         }
         graph_free_ring(&comm->channels[c].ring);
     }
+    window_close(comm);
     for (int r = 0; comm->p2p_send && r < comm->nranks; r++) {
         comm_conn_close(&comm->p2p_send[r]);
         comm_conn_close(&comm->p2p_recv[r]);

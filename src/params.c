@@ -50,6 +50,8 @@ static const param_def_t param_table[] = {
     {"CHORUS_STEPS", PT_INT, "8", 2, 64, OFF(steps), "slots per FIFO"},
     {"CHORUS_SPIN", PT_INT, "2000", 0, BIG, OFF(spin),
      "polls of a FIFO counter before the waiter sleeps on a futex"},
+    {"CHORUS_DIRECT_BUFFSIZE", PT_BYTES, "1M", 4096, 1 << 30, OFF(direct_buffsize),
+     "bytes of each of the two buffers of a rank's node-local window (one-shot, two-shot)"},
     {"CHORUS_SOCKET_IFNAME", PT_STR, "", 0, 0, OFF(socket_ifname),
      "bootstrap interface: prefix list (eth,ib), ^ excludes, = exact; default: first up non-lo"},
     {"CHORUS_HOSTID", PT_STR, "", 0, 0, OFF(hostid),
@@ -67,7 +69,8 @@ static const param_def_t param_table[] = {
     {"CHORUS_NET_SPEED_MBPS", PT_INT, "0", 0, 1 << 30, OFF(net_speed_mbps),
      "link speed the tuner assumes between hosts (Mb/s); 0: what the NIC reports"},
     {"CHORUS_ALGO", PT_STR, "", 0, 0, OFF(algo),
-     "algorithms allowed: ring,tree; ^ excludes; per collective: allreduce:tree;broadcast:ring"},
+     "algorithms allowed: ring,tree,oneshot,twoshot; ^ excludes; per collective: "
+     "allreduce:tree;broadcast:ring"},
     {"CHORUS_PROTO", PT_STR, "", 0, 0, OFF(proto),
      "protocols allowed (NCCL syntax); Chorus has Simple only, LL and LL128 are refused"},
     {"CHORUS_RANK", PT_INT, "", 0, 1 << 30, NONE, "chorusCommInitEnv: this rank"},

@@ -137,6 +137,10 @@ typedef struct tune_consts {
     double net_default_gbps; /* default: link speed when the plugin reports none (NCCL's 10) */
     double slice_nbytes; /* pipelining slice when the topology gives none (4 MiB FIFO / 8) */
     double channel_nbytes; /* tune_pick: at most one channel per this many bytes */
+    /* Direct (one host, node-local windows; see direct.c): a round of sequence flags, every
+     * rank publishing and reading the others' (scaled like a_shm when oversubscribed) */
+    double direct_round_us;
+    double direct_nbytes; /* window buffer when the topology gives none */
 } tune_consts_t;
 
 static const tune_consts_t tune_k = {
@@ -154,6 +158,8 @@ static const tune_consts_t tune_k = {
     .net_default_gbps = 10.0,
     .slice_nbytes = 512.0 * 1024,
     .channel_nbytes = 256.0 * 1024,
+    .direct_round_us = 0.6,
+    .direct_nbytes = 1024.0 * 1024,
 };
 
 /* ---- Parsers ---------------------------------------------------------------------------- */
@@ -178,14 +184,17 @@ typedef struct spec_kind {
 } spec_kind_t;
 
 static const spec_name_t algo_spec_names[] = {
-    {"ring", ALGO_RING},  {"tree", ALGO_TREE}, {"collnet", -1},  {"collnetdirect", -1},
-    {"collnetchain", -1}, {"nvls", -1},        {"nvlstree", -1}, {"pat", -1},
+    {"ring", ALGO_RING},       {"tree", ALGO_TREE},
+    {"oneshot", ALGO_ONESHOT}, {"twoshot", ALGO_TWOSHOT},
+    {"collnet", -1},           {"collnetdirect", -1},
+    {"collnetchain", -1},      {"nvls", -1},
+    {"nvlstree", -1},          {"pat", -1},
 };
 static const spec_kind_t algo_spec = {
     "algorithm", algo_spec_names, sizeof(algo_spec_names) / sizeof(algo_spec_names[0]),
     (1u << ALGO_COUNT) - 1,
-    "ring, tree (collnet, collnetdirect, collnetchain, nvls, nvlstree, pat: NCCL only, may be "
-    "excluded)"};
+    "ring, tree, oneshot, twoshot (collnet, collnetdirect, collnetchain, nvls, nvlstree, pat: "
+    "NCCL only, may be excluded)"};
 
 static const spec_name_t proto_spec_names[] = {
     {"simple", PROTO_SIMPLE}, {"ll", PROTO_LL}, {"ll128", PROTO_LL128}};
@@ -356,12 +365,13 @@ unsigned tune_algos_serving(coll_kind_t kind)
 {
     switch (kind) {
     case COLL_ALLREDUCE:
+        return (1u << ALGO_RING) | (1u << ALGO_TREE) | (1u << ALGO_ONESHOT) | (1u << ALGO_TWOSHOT);
     case COLL_BROADCAST:
     case COLL_REDUCE:
-        return (1u << ALGO_RING) | (1u << ALGO_TREE);
+        return (1u << ALGO_RING) | (1u << ALGO_TREE) | (1u << ALGO_ONESHOT);
     case COLL_ALLGATHER:
     case COLL_REDUCESCATTER:
-        return 1u << ALGO_RING;
+        return (1u << ALGO_RING) | (1u << ALGO_ONESHOT);
     default:
         return 0;
     }
@@ -369,7 +379,18 @@ unsigned tune_algos_serving(coll_kind_t kind)
 
 const char *algo_name(algo_t algo)
 {
-    return algo == ALGO_RING ? "ring" : algo == ALGO_TREE ? "tree" : "unknown";
+    switch (algo) {
+    case ALGO_RING:
+        return "ring";
+    case ALGO_TREE:
+        return "tree";
+    case ALGO_ONESHOT:
+        return "oneshot";
+    case ALGO_TWOSHOT:
+        return "twoshot";
+    default:
+        return "unknown";
+    }
 }
 
 /* The library does not link libm: these and HUGE_VAL are all the model needs of it. */
@@ -447,6 +468,35 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
     const double start = k->call_us + (C > 1 ? k->wake_us : 0.0);
     if (n == 1)
         return start + nb / C / b_shm; /* a local copy */
+    if (algo == ALGO_ONESHOT || algo == ALGO_TWOSHOT) {
+        if (!tp.direct || H > 1)
+            return HUGE_VAL;
+        /* Rounds of flags per window piece, and passes (copies or two-input reductions) over
+         * the busiest rank's bytes: see direct.c's schedules. */
+        const double piece = tp.direct_nbytes > 0 ? (double)tp.direct_nbytes : k->direct_nbytes;
+        double per = gather ? nb * n : nb, rounds = 1.0, dpasses;
+        switch (kind) {
+        case COLL_ALLREDUCE:
+            rounds = algo == ALGO_TWOSHOT ? 2.0 : 1.0;
+            dpasses = algo == ALGO_TWOSHOT ? (3.0 * n - 1) / n * nb : (double)n * nb;
+            break;
+        case COLL_BROADCAST:
+            dpasses = 2.0 * nb;
+            break;
+        case COLL_REDUCE:
+            dpasses = (double)n * nb;
+            break;
+        case COLL_ALLGATHER:
+            dpasses = (n + 1.0) * nb;
+            break;
+        default: /* reduce-scatter */
+            dpasses = (2.0 * n - 1) * nb;
+            break;
+        }
+        const double pieces = per <= piece ? 1.0 : (double)(long long)((per + piece - 1) / piece);
+        const double round = over ? a_shm : k->direct_round_us;
+        return k->call_us + pieces * rounds * round + dpasses / b_shm;
+    }
 
     /* Net: the link's bandwidth is shared by the channels crossing it, each at most a socket. */
     /* A net hop is a chain of wake-ups (executor, proxy, wire, proxy, executor): with more
@@ -533,8 +583,9 @@ static int pick_channels(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t
     double want = total / tune_k.channel_nbytes; /* truncated below */
     int max = t->topo.max_channels < 1 ? 1 : t->topo.max_channels;
     int c0 = want < 1 ? 1 : want > max ? max : (int)want;
-    if (algo == ALGO_TREE && kind != COLL_ALLREDUCE)
-        c0 = 1;
+    if ((algo == ALGO_TREE && kind != COLL_ALLREDUCE) || algo == ALGO_ONESHOT ||
+        algo == ALGO_TWOSHOT)
+        c0 = 1; /* a rooted tree, and the direct programs, run on one thread */
     int best = c0;
     double best_us = tune_predict(t, kind, algo, nbytes, c0);
     for (int c = c0 - 1; c >= 1; c--) {

@@ -25,7 +25,13 @@
 #include "algo.h"
 #include "chorus.h"
 
-typedef enum { ALGO_RING = 0, ALGO_TREE = 1, ALGO_COUNT } algo_t;
+typedef enum {
+    ALGO_RING = 0,
+    ALGO_TREE = 1,
+    ALGO_ONESHOT = 2,
+    ALGO_TWOSHOT = 3,
+    ALGO_COUNT
+} algo_t;
 typedef enum { PROTO_SIMPLE = 0, PROTO_LL = 1, PROTO_LL128 = 2, PROTO_COUNT } proto_t;
 
 #define TUNE_NCOLLS                                                                                \
@@ -44,6 +50,9 @@ typedef struct tune_topo {
     int machine_ranks; /* most ranks on one physical machine, whatever CHORUS_HOSTID says: they
                         * share its cores (simulated hosts on one box); 0: max_local */
     size_t slice_nbytes; /* pipelining slice, CHORUS_BUFFSIZE / CHORUS_STEPS (0: 512 KiB) */
+    int direct; /* node-local windows are possible (one host, all ranks over shm): the direct
+                 * algorithms (one-shot, two-shot) may run */
+    size_t direct_nbytes; /* a window buffer, CHORUS_DIRECT_BUFFSIZE (0: 1 MiB) */
 } tune_topo_t;
 
 typedef struct tuner {
@@ -66,7 +75,7 @@ chorusResult_t tune_parse_proto(const char *var, const char *spec, unsigned *mas
 /* Build a tuner; algo/proto are the CHORUS_ALGO / CHORUS_PROTO values. */
 chorusResult_t tune_init(const tune_topo_t *topo, const char *algo, const char *proto, tuner_t *t);
 /* Which algorithms serve a collective at all (ring for all five; tree for allreduce, broadcast,
- * reduce). */
+ * reduce; one-shot for all five, where the windows are possible; two-shot for allreduce). */
 unsigned tune_algos_serving(coll_kind_t kind);
 /* The model's time in microseconds for kind, algorithm and channel count; nbytes is the call's
  * count times the element size (per rank, as NCCL counts it: allgather's send count,

@@ -27,6 +27,10 @@
 #define R (1u << ALGO_RING)
 #define T (1u << ALGO_TREE)
 #define RT (R | T)
+#define O (1u << ALGO_ONESHOT)
+#define W (1u << ALGO_TWOSHOT)
+#define D (O | W)
+#define A (RT | D)
 #define S (1u << PROTO_SIMPLE)
 #define LL (1u << PROTO_LL)
 #define LL128 (1u << PROTO_LL128)
@@ -40,23 +44,27 @@ typedef struct algo_ok {
 } algo_ok_t;
 
 static const algo_ok_t algo_ok[] = {
-    {"", {RT, RT, RT, RT, RT}},
-    {"   ", {RT, RT, RT, RT, RT}},
+    {"", {A, A, A, A, A}},
+    {"   ", {A, A, A, A, A}},
     {"ring", {R, R, R, R, R}},
     {"Ring,Tree", {RT, RT, RT, RT, RT}},
     {"TREE", {T, T, T, T, T}},
-    {"^tree", {R, R, R, R, R}},
-    {" ^ tree ", {R, R, R, R, R}},
-    {"^ring", {T, T, T, T, T}},
-    {"^nvls", {RT, RT, RT, RT, RT}},
-    {"^Ring, PAT", {T, T, T, T, T}},
+    {"^tree", {R | D, R | D, R | D, R | D, R | D}},
+    {" ^ tree ", {R | D, R | D, R | D, R | D, R | D}},
+    {"^ring", {T | D, T | D, T | D, T | D, T | D}},
+    {"^nvls", {A, A, A, A, A}},
+    {"^Ring, PAT", {T | D, T | D, T | D, T | D, T | D}},
     {"ring,nvls,collnetdirect", {R, R, R, R, R}},
-    {"allreduce:tree;broadcast:ring", {T, R, RT, RT, RT}},
-    {"allreduce:^ring", {T, RT, RT, RT, RT}},
-    {" AllReduce : tree ; ReduceScatter:ring ;", {T, RT, RT, RT, R}},
-    {"allgather:tree", {RT, RT, RT, T, RT}},
-    {"reduce:^collnet,tree;allreduce:nvlstree,ring", {R, RT, R, RT, RT}},
-    {"broadcast:collnetchain,tree", {RT, T, RT, RT, RT}},
+    {"allreduce:tree;broadcast:ring", {T, R, A, A, A}},
+    {"allreduce:^ring", {T | D, A, A, A, A}},
+    {" AllReduce : tree ; ReduceScatter:ring ;", {T, A, A, A, R}},
+    {"allgather:tree", {A, A, A, T, A}},
+    {"reduce:^collnet,tree;allreduce:nvlstree,ring", {R, A, R | D, A, A}},
+    {"broadcast:collnetchain,tree", {A, T, A, A, A}},
+    {"OneShot", {O, O, O, O, O}},
+    {"twoshot,oneshot", {D, D, D, D, D}},
+    {"^oneshot,twoshot", {RT, RT, RT, RT, RT}},
+    {"allreduce:twoshot;allgather:oneshot,ring", {W, A, A, R | O, A}},
 };
 
 /* A refused value and a word its error text must contain (besides the variable's name). */
@@ -79,8 +87,9 @@ static const bad_t algo_bad[] = {
     {"allreduce:tree;ring", "ring"},
     {"tree;broadcast:ring", "tree"},
     {"allreduce:", "empty"},
-    {"^ring,tree", "excludes"},
-    {"broadcast:^tree,ring", "broadcast"},
+    {"^ring,tree,oneshot,twoshot", "excludes"},
+    {"threeshot", "threeshot"},
+    {"broadcast:^tree,ring,oneshot,twoshot", "broadcast"},
     {"ring tree", "ring tree"},
 };
 
@@ -124,7 +133,7 @@ static void check_parsers(void)
     unsigned m[TUNE_NCOLLS];
     CHECK_OK(tune_parse_algo("TEST_ALGO_VAR", NULL, m));
     for (int c = 0; c < TUNE_NCOLLS; c++)
-        CHECK(m[c] == RT, "algo NULL: %s mask %#x, want everything", kind_names[c], m[c]);
+        CHECK(m[c] == A, "algo NULL: %s mask %#x, want everything", kind_names[c], m[c]);
     for (size_t i = 0; i < sizeof(algo_bad) / sizeof(algo_bad[0]); i++) {
         unsigned keep[TUNE_NCOLLS] = {7, 7, 7, 7, 7};
         char what[128];
@@ -184,13 +193,27 @@ static tune_topo_t topo_of(int nranks, int nhosts, int max_channels, int cores, 
                          .host_cores = cores};
 }
 
+/* One host whose ranks can map each other's windows (the direct algorithms may run). */
+static tune_topo_t direct_topo(int nranks, int cores)
+{
+    tune_topo_t t = topo_of(nranks, 1, 4, cores, 0, 0);
+    t.direct = 1;
+    return t;
+}
+
 static void check_monotonic(void)
 {
     long before = harness_failures;
-    const tune_topo_t topos[] = {topo_of(1, 1, 4, 2, 0, 0),    topo_of(2, 1, 4, 2, 0, 0),
-                                 topo_of(4, 1, 4, 2, 0, 0),    topo_of(8, 1, 8, 0, 0, 0),
-                                 topo_of(8, 4, 4, 16, 10, 0),  topo_of(4, 4, 2, 0, 1, 50),
-                                 topo_of(33, 5, 16, 8, 100, 2)};
+    const tune_topo_t topos[] = {topo_of(1, 1, 4, 2, 0, 0),
+                                 topo_of(2, 1, 4, 2, 0, 0),
+                                 topo_of(4, 1, 4, 2, 0, 0),
+                                 topo_of(8, 1, 8, 0, 0, 0),
+                                 topo_of(8, 4, 4, 16, 10, 0),
+                                 topo_of(4, 4, 2, 0, 1, 50),
+                                 topo_of(33, 5, 16, 8, 100, 2),
+                                 direct_topo(2, 2),
+                                 direct_topo(4, 2),
+                                 direct_topo(8, 64)};
     long npoints = 0;
     for (size_t i = 0; i < sizeof(topos) / sizeof(topos[0]); i++) {
         tuner_t t = make_tuner(topos[i], "");
@@ -198,6 +221,13 @@ static void check_monotonic(void)
             for (int a = 0; a < ALGO_COUNT; a++) {
                 if (!(tune_algos_serving((coll_kind_t)k) & (1u << a)))
                     continue;
+                int direct = a == ALGO_ONESHOT || a == ALGO_TWOSHOT;
+                if (direct && !topos[i].direct && topos[i].nranks > 1) {
+                    CHECK(tune_predict(&t, (coll_kind_t)k, (algo_t)a, 8, 1) > 1e300,
+                          "topo %zu: %s without windows should be HUGE_VAL", i,
+                          algo_name((algo_t)a));
+                    continue;
+                }
                 for (int c = 1; c <= topos[i].max_channels; c++) {
                     double prev = tune_predict(&t, (coll_kind_t)k, (algo_t)a, 0, c);
                     CHECK(prev > 0 && prev < 1e12, "topo %zu %s %s x%d: %g us for 0 bytes", i,
@@ -212,7 +242,7 @@ static void check_monotonic(void)
                 }
             }
     }
-    harness_report(before, "model: time never falls as the size grows (%ld points, 7 topologies)",
+    harness_report(before, "model: time never falls as the size grows (%ld points, 10 topologies)",
                    npoints);
 }
 
@@ -286,17 +316,42 @@ static void check_model(void)
     CHECK(c.nchannels == 1, "64 KiB: %d channels, want 1 (below one channel's 256 KiB)",
           c.nchannels);
 
+    /* One host with windows: a direct algorithm for small calls, the ring for large ones; none
+     * without windows. */
+    for (int nr = 2; nr <= 8; nr *= 2) {
+        tuner_t d = make_tuner(direct_topo(nr, 2), "");
+        c = tune_pick(&d, COLL_ALLREDUCE, 8);
+        CHECK(c.algo == ALGO_ONESHOT || c.algo == ALGO_TWOSHOT,
+              "%d ranks on one host, 8 B all-reduce: picked %s, want a direct one", nr,
+              algo_name(c.algo));
+        c = tune_pick(&d, COLL_ALLREDUCE, big);
+        CHECK(c.algo == ALGO_RING, "%d ranks on one host, 64 MiB all-reduce: picked %s, want ring",
+              nr, algo_name(c.algo));
+    }
+    CHECK(tune_predict(&one, COLL_ALLREDUCE, ALGO_ONESHOT, 8, 1) > 1e300,
+          "no windows: oneshot is HUGE_VAL");
+    tune_topo_t across = topo_of(4, 2, 2, 0, 10, 0);
+    across.direct = 1; /* even if claimed: windows are one host's */
+    tuner_t ac = make_tuner(across, "");
+    CHECK(tune_predict(&ac, COLL_ALLREDUCE, ALGO_TWOSHOT, 8, 1) > 1e300,
+          "two hosts: twoshot is HUGE_VAL");
+
     /* What serves what; names. */
-    CHECK(tune_algos_serving(COLL_ALLREDUCE) == RT && tune_algos_serving(COLL_BROADCAST) == RT &&
-              tune_algos_serving(COLL_REDUCE) == RT && tune_algos_serving(COLL_ALLGATHER) == R &&
-              tune_algos_serving(COLL_REDUCESCATTER) == R,
+    CHECK(tune_algos_serving(COLL_ALLREDUCE) == A &&
+              tune_algos_serving(COLL_BROADCAST) == (RT | O) &&
+              tune_algos_serving(COLL_REDUCE) == (RT | O) &&
+              tune_algos_serving(COLL_ALLGATHER) == (R | O) &&
+              tune_algos_serving(COLL_REDUCESCATTER) == (R | O),
           "tune_algos_serving table");
     CHECK(tune_predict(&one, COLL_ALLGATHER, ALGO_TREE, 8, 1) > 1e300,
           "tree does not serve all-gather: HUGE_VAL");
-    CHECK(strcmp(algo_name(ALGO_RING), "ring") == 0 && strcmp(algo_name(ALGO_TREE), "tree") == 0,
+    CHECK(strcmp(algo_name(ALGO_RING), "ring") == 0 && strcmp(algo_name(ALGO_TREE), "tree") == 0 &&
+              strcmp(algo_name(ALGO_ONESHOT), "oneshot") == 0 &&
+              strcmp(algo_name(ALGO_TWOSHOT), "twoshot") == 0,
           "algo_name");
     harness_report(before, "model: ring on one host, tree across slow hosts for small calls, "
-                           "cores bound the channels, ties to ring");
+                           "cores bound the channels, ties to ring, direct inside one host for "
+                           "small calls");
 }
 
 /* The log file's lines that contain needle. */

@@ -131,8 +131,17 @@ static void shm_sweep(void)
 
 static pthread_once_t shm_sweep_once = PTHREAD_ONCE_INIT;
 
+void shm_segment_name(char *name, size_t len, int from, int to, int tag)
+{
+    pthread_once(&shm_sweep_once, shm_sweep);
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+        rnd = (uint32_t)fifo_now_ns();
+    snprintf(name, len, "/" SHM_PREFIX "%d-%08x-%d-%d-%d", (int)getpid(), rnd, from, to, tag);
+}
+
 /* Give the segment its pages now; ENOSPC is an error that says how much room /dev/shm lacks. */
-static chorusResult_t shm_allocate(int fd, const char *name, size_t nbytes, const conn_setup_t *s)
+static chorusResult_t shm_allocate(int fd, const char *name, size_t nbytes, int peer)
 {
     int rc;
     int tries = 0;
@@ -154,17 +163,15 @@ static chorusResult_t shm_allocate(int fd, const char *name, size_t nbytes, cons
                    "(containers: docker run --shm-size=1g or more; Kubernetes: an emptyDir with "
                    "medium: Memory on %s), or make each FIFO smaller with a lower CHORUS_BUFFSIZE "
                    "or CHORUS_P2P_BUFFSIZE, or use fewer channels (CHORUS_MAX_NCHANNELS)",
-                   SHM_DIR, SHM_DIR, name, s->peer->rank, nbytes, SHM_DIR, free_nbytes,
-                   total_nbytes, strerror(rc), SHM_DIR, SHM_DIR);
+                   SHM_DIR, SHM_DIR, name, peer, nbytes, SHM_DIR, free_nbytes, total_nbytes,
+                   strerror(rc), SHM_DIR, SHM_DIR);
     return ERR(chorusSystemError, SUB_SHM,
                "posix_fallocate of %zu bytes for the shared-memory FIFO " SHM_DIR "%s from rank %d "
                "failed: %s (" SHM_DIR " has %llu bytes free of %llu)",
-               nbytes, name, s->peer->rank, strerror(rc), free_nbytes, total_nbytes);
+               nbytes, name, peer, strerror(rc), free_nbytes, total_nbytes);
 }
 
-/* Map the receiver's segment: create (and allocate) it when create is set, else open it by name. */
-static chorusResult_t shm_map(const char *name, size_t nbytes, int create, const conn_setup_t *s,
-                              void **map_p)
+chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int peer, void **map_p)
 {
     chorusResult_t res;
     int fd = shm_open(name, create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
@@ -172,9 +179,9 @@ static chorusResult_t shm_map(const char *name, size_t nbytes, int create, const
         return ERR(chorusSystemError, SUB_SHM,
                    "shm_open(%s) for the FIFO %s rank %d failed: %s (is " SHM_DIR " mounted, "
                    "writable and not out of inodes?)",
-                   name, create ? "from" : "to", s->peer->rank, strerror(errno));
+                   name, create ? "from" : "to", peer, strerror(errno));
     if (create)
-        CHECK_GOTO(shm_allocate(fd, name, nbytes, s), res, err_unlink);
+        CHECK_GOTO(shm_allocate(fd, name, nbytes, peer), res, err_unlink);
     void *map = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
         res = ERR(chorusSystemError, SUB_SHM, "mmap of %s (%zu bytes) failed: %s", name, nbytes,
@@ -202,14 +209,9 @@ static chorusResult_t shm_setup(const conn_setup_t *s, transport_res_t *res, con
     memset(handle_p, 0, sizeof(*handle_p));
     if (s->dir == CONN_SEND)
         return chorusSuccess; /* the sender owns nothing; it maps the receiver's segment */
-    pthread_once(&shm_sweep_once, shm_sweep);
-    uint32_t rnd = 0;
-    if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
-        rnd = (uint32_t)fifo_now_ns();
-    snprintf(res->name, sizeof(res->name), "/" SHM_PREFIX "%d-%08x-%d-%d-%d", (int)getpid(), rnd,
-             s->peer->rank, s->self->rank, s->tag);
+    shm_segment_name(res->name, sizeof(res->name), s->peer->rank, s->self->rank, s->tag);
     res->map_nbytes = shm_map_nbytes(s);
-    CHECK(shm_map(res->name, res->map_nbytes, 1, s, &res->map));
+    CHECK(shm_segment_map(res->name, res->map_nbytes, 1, s->peer->rank, &res->map));
     shm_bind(res, s, conn);
     shm_handle_t h;
     memset(&h, 0, sizeof(h));
@@ -247,7 +249,7 @@ static chorusResult_t shm_connect(const conn_setup_t *s, const transport_handle_
                    s->slot_nbytes);
     snprintf(res->name, sizeof(res->name), "%s", h.name);
     res->map_nbytes = h.map_nbytes;
-    CHECK(shm_map(res->name, res->map_nbytes, 0, s, &res->map));
+    CHECK(shm_segment_map(res->name, res->map_nbytes, 0, s->peer->rank, &res->map));
     res->unlinked = 1; /* the owner unlinks */
     shm_bind(res, s, conn);
     return chorusSuccess;

@@ -1,0 +1,245 @@
+/*
+ * direct.c: collectives inside one host over node-local windows (DESIGN section 5, second
+ * contract): every rank owns a window of two buffers that every local rank maps, and three
+ * sequence flags in its header. A call is cut into pieces that fit one buffer; piece number s
+ * (counted over the communicator's life, the same on every rank) uses buffer s % 2, so writing
+ * piece s overlaps nobody's reading of piece s - 1.
+ *
+ *   one-shot all-reduce, piece s, rank i of n          two-shot all-reduce, piece s
+ *
+ *   wait done[*] >= s - 2     (buffer s % 2 is free)   wait done[*] >= s - 2
+ *   win[i] <- in; ready[i] = s                         win[i] <- in; ready[i] = s
+ *   wait ready[*] >= s                                 wait ready[*] >= s
+ *   out <- win[0] op win[1] op ... op win[n-1]         win[i].part[i] <- part i of every win,
+ *   done[i] = s                                           reduced in rank order; reduced[i] = s
+ *                                                      wait reduced[j]; out.part[j] <-
+ * win[j].part[j] done[i] = s
+ *
+ * One-shot costs one flag round and n reads per rank (small pieces); two-shot two rounds and
+ * about 2 reads per rank (medium pieces). The other collectives are one round each: broadcast
+ * (the root's window read by all), reduce (every window read by the root), all-gather (every
+ * window read by all), reduce-scatter (part i of every window reduced by rank i).
+ *
+ * Each result element is computed by one rank in one fixed order (rank order; two-shot: the
+ * part's owner first, then the others in rank order) and copied from there, so the result is
+ * identical on every rank and the same from run to run. avg reduces as sum and divides last.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "algo.h"
+#include "debug.h"
+
+static direct_hdr_t *hdr(const direct_view_t *v, int r)
+{
+    return (direct_hdr_t *)(void *)v->base[r];
+}
+
+static char *buf(const direct_view_t *v, int r, uint64_t s)
+{
+    return v->base[r] + DIRECT_HDR_NBYTES + (size_t)(s & 1) * v->buf_nbytes;
+}
+
+/* Wait until rank r's flag (ready, reduced or done, at offset off in its header) reaches s. */
+static chorusResult_t wait_flag(prims_t *p, const direct_view_t *v, int r, size_t off, uint64_t s,
+                                const char *what)
+{
+    fifo_flag_t *f = (fifo_flag_t *)(void *)((char *)hdr(v, r) + off);
+    p->wait.peer = r;
+    return fifo_wait_flag(f, s, &p->wait, "shm", what);
+}
+
+/* Wait for every other rank's flag, starting after this rank (spreads who waits on whom). */
+static chorusResult_t wait_all(prims_t *p, const direct_view_t *v, size_t off, uint64_t s,
+                               const char *what)
+{
+    for (int k = 1; k < v->nranks; k++)
+        CHECK(wait_flag(p, v, (v->rank + k) % v->nranks, off, s, what));
+    return chorusSuccess;
+}
+
+#define OFF_READY offsetof(direct_hdr_t, ready)
+#define OFF_REDUCED offsetof(direct_hdr_t, reduced)
+#define OFF_DONE offsetof(direct_hdr_t, done)
+
+/* Start piece s: wait until every rank has finished reading buffer s % 2 (piece s - 2). */
+static chorusResult_t piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p)
+{
+    uint64_t s = ++*v->seq;
+    *s_p = s;
+    if (s > 2)
+        CHECK(wait_all(p, v, OFF_DONE, s - 2, "direct window done flag"));
+    return chorusSuccess;
+}
+
+/* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
+static void reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count)
+{
+    if (nsrc == 1)
+        p->ops->copy(dst, src[0], count * p->esize);
+    else
+        p->ops->reduce(dst, src[0], src[1], count, p->dtype, p->op);
+    for (int k = 2; k < nsrc; k++)
+        p->ops->reduce(dst, dst, src[k], count, p->dtype, p->op);
+    if (p->divisor)
+        p->ops->divide(dst, dst, count, p->dtype, p->divisor);
+}
+
+static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                                int twoshot)
+{
+    int n = v->nranks, me = v->rank;
+    size_t es = p->esize, per = v->buf_nbytes / es;
+    char *srcs[DIRECT_MAX_RANKS];
+    for (size_t off = 0; off < a->count; off += per) {
+        size_t len = a->count - off < per ? a->count - off : per;
+        uint64_t s;
+        CHECK(piece_begin(p, v, &s));
+        p->ops->copy(buf(v, me, s), (const char *)a->sendbuff + off * es, len * es);
+        fifo_set_flag(&hdr(v, me)->ready, s);
+        CHECK(wait_all(p, v, OFF_READY, s, "direct window ready flag"));
+        char *out = (char *)a->recvbuff + off * es;
+        if (!twoshot) {
+            for (int r = 0; r < n; r++)
+                srcs[r] = buf(v, r, s);
+            reduce_list(p, out, srcs, n, len);
+        } else {
+            size_t poff, plen;
+            algo_part(len, n, me, &poff, &plen);
+            srcs[0] = buf(v, me, s) + poff * es;
+            for (int r = 0, k = 1; r < n; r++)
+                if (r != me)
+                    srcs[k++] = buf(v, r, s) + poff * es;
+            if (plen > 0)
+                reduce_list(p, srcs[0], srcs, n, plen);
+            fifo_set_flag(&hdr(v, me)->reduced, s);
+            for (int k = 0; k < n; k++) {
+                int r = (me + k) % n;
+                algo_part(len, n, r, &poff, &plen);
+                if (r != me)
+                    CHECK(wait_flag(p, v, r, OFF_REDUCED, s, "direct window reduced flag"));
+                if (plen > 0)
+                    p->ops->copy(out + poff * es, buf(v, r, s) + poff * es, plen * es);
+            }
+        }
+        fifo_set_flag(&hdr(v, me)->done, s);
+    }
+    return chorusSuccess;
+}
+
+static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+{
+    int me = v->rank, root = a->root;
+    size_t es = p->esize, per = v->buf_nbytes / es;
+    for (size_t off = 0; off < a->count; off += per) {
+        size_t len = a->count - off < per ? a->count - off : per;
+        uint64_t s;
+        CHECK(piece_begin(p, v, &s));
+        char *out = (char *)a->recvbuff + off * es;
+        if (me == root) {
+            const char *in = (const char *)a->sendbuff + off * es;
+            p->ops->copy(buf(v, me, s), in, len * es);
+            fifo_set_flag(&hdr(v, me)->ready, s);
+            if (out != in)
+                p->ops->copy(out, in, len * es);
+        } else {
+            CHECK(wait_flag(p, v, root, OFF_READY, s, "direct window ready flag"));
+            p->ops->copy(out, buf(v, root, s), len * es);
+        }
+        fifo_set_flag(&hdr(v, me)->done, s);
+    }
+    return chorusSuccess;
+}
+
+static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+{
+    int n = v->nranks, me = v->rank, root = a->root;
+    size_t es = p->esize, per = v->buf_nbytes / es;
+    char *srcs[DIRECT_MAX_RANKS];
+    for (size_t off = 0; off < a->count; off += per) {
+        size_t len = a->count - off < per ? a->count - off : per;
+        uint64_t s;
+        CHECK(piece_begin(p, v, &s));
+        p->ops->copy(buf(v, me, s), (const char *)a->sendbuff + off * es, len * es);
+        fifo_set_flag(&hdr(v, me)->ready, s);
+        if (me == root) {
+            CHECK(wait_all(p, v, OFF_READY, s, "direct window ready flag"));
+            for (int r = 0; r < n; r++)
+                srcs[r] = buf(v, r, s);
+            reduce_list(p, (char *)a->recvbuff + off * es, srcs, n, len);
+        }
+        fifo_set_flag(&hdr(v, me)->done, s);
+    }
+    return chorusSuccess;
+}
+
+static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+{
+    int n = v->nranks, me = v->rank;
+    size_t es = p->esize, per = v->buf_nbytes / es;
+    for (size_t off = 0; off < a->count; off += per) {
+        size_t len = a->count - off < per ? a->count - off : per;
+        uint64_t s;
+        CHECK(piece_begin(p, v, &s));
+        p->ops->copy(buf(v, me, s), (const char *)a->sendbuff + off * es, len * es);
+        fifo_set_flag(&hdr(v, me)->ready, s);
+        for (int k = 0; k < n; k++) {
+            int r = (me + k) % n;
+            if (r != me)
+                CHECK(wait_flag(p, v, r, OFF_READY, s, "direct window ready flag"));
+            p->ops->copy((char *)a->recvbuff + ((size_t)r * a->count + off) * es, buf(v, r, s),
+                         len * es);
+        }
+        fifo_set_flag(&hdr(v, me)->done, s);
+    }
+    return chorusSuccess;
+}
+
+static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+{
+    int n = v->nranks, me = v->rank;
+    size_t es = p->esize, per = v->buf_nbytes / es / (size_t)n;
+    char *srcs[DIRECT_MAX_RANKS];
+    if (per == 0)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "direct reduce-scatter: a window of %zu bytes holds no element for %d ranks",
+                   v->buf_nbytes, n);
+    for (size_t off = 0; off < a->count; off += per) {
+        size_t len = a->count - off < per ? a->count - off : per;
+        uint64_t s;
+        CHECK(piece_begin(p, v, &s));
+        /* Part r of this rank's input lands at r * len in its buffer. */
+        for (int r = 0; r < n; r++)
+            p->ops->copy(buf(v, me, s) + (size_t)r * len * es,
+                         (const char *)a->sendbuff + ((size_t)r * a->count + off) * es, len * es);
+        fifo_set_flag(&hdr(v, me)->ready, s);
+        CHECK(wait_all(p, v, OFF_READY, s, "direct window ready flag"));
+        for (int r = 0; r < n; r++)
+            srcs[r] = buf(v, r, s) + (size_t)me * len * es;
+        reduce_list(p, (char *)a->recvbuff + off * es, srcs, n, len);
+        fifo_set_flag(&hdr(v, me)->done, s);
+    }
+    return chorusSuccess;
+}
+
+chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const coll_args_t *a, int twoshot)
+{
+    if (v->nranks > DIRECT_MAX_RANKS)
+        return ERR(chorusInternalError, SUB_COLL, "direct algorithm for %d ranks (at most %d)",
+                   v->nranks, DIRECT_MAX_RANKS);
+    switch (a->kind) {
+    case COLL_ALLREDUCE:
+        return allreduce(p, v, a, twoshot);
+    case COLL_BROADCAST:
+        return broadcast(p, v, a);
+    case COLL_REDUCE:
+        return reduce(p, v, a);
+    case COLL_ALLGATHER:
+        return allgather(p, v, a);
+    case COLL_REDUCESCATTER:
+        return reducescatter(p, v, a);
+    default:
+        return ERR(chorusInternalError, SUB_COLL, "no direct program for collective kind %d",
+                   (int)a->kind);
+    }
+}
