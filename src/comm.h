@@ -64,7 +64,14 @@ struct chorusComm {
     int machine_ranks; /* most ranks on one physical machine (CHORUS_HOSTID aside) */
     topo_t *topo; /* this rank's host; NULL when the live machine could not be read */
     transport_comm_t tc; /* what transports share (net plugin, proxy thread) */
+    int64_t spin; /* polls before a wait yields: CHORUS_SPIN, or a few when the machine's ranks
+                   * outnumber its cores (a spinning waiter holds the core its peer needs) */
     tuner_t tuner;
+    struct {
+        size_t nbytes; /* the last call's size per collective, and the tuner's choice for it */
+        tune_choice_t choice;
+        int valid;
+    } tune_cache[TUNE_NCOLLS];
     int trees_connected; /* channel trees are connected on their first use */
     char **win_base; /* [nranks]: direct windows, mapped on first use (window.c); else NULL */
     size_t win_map_nbytes;
@@ -93,7 +100,8 @@ struct chorusComm {
 };
 
 /* window.c: the direct algorithms' node-local windows. possible: every rank on this host and
- * reachable over shm (the same answer on every rank). connect: map them (collective; once). */
+ * reachable over shm. connect (collective, at init): map them where the tuner allows direct
+ * algorithms; where a rank cannot, every rank turns them off (tuner.topo.direct = 0). */
 int window_possible(chorusComm_t comm);
 chorusResult_t window_connect(chorusComm_t comm);
 void window_close(chorusComm_t comm);

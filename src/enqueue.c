@@ -157,7 +157,7 @@ static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
     p->esize = dtype_nbytes(a->dtype);
     p->wait.abort_flag = &comm->abort_flag;
     p->wait.timeout_ns = comm->timeout_ms * 1000000;
-    p->wait.spin = comm->params.spin;
+    p->wait.spin = comm->spin;
     p->wait.peer_alive = health_peer_alive;
     p->wait.arg = comm;
     p->wait.fail = &comm->op_fail;
@@ -246,7 +246,19 @@ static chorusResult_t run_rooted_tree(chorusComm_t comm, const coll_args_t *a)
 static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
 {
     size_t esize = dtype_nbytes(a->dtype);
-    tune_choice_t choice = tune_pick(&comm->tuner, a->kind, a->count * esize);
+    /* The model prices every algorithm at every channel count: calls of one size ask it once. */
+    tune_choice_t choice;
+    if ((unsigned)a->kind < TUNE_NCOLLS && comm->tune_cache[a->kind].valid &&
+        comm->tune_cache[a->kind].nbytes == a->count * esize) {
+        choice = comm->tune_cache[a->kind].choice;
+    } else {
+        choice = tune_pick(&comm->tuner, a->kind, a->count * esize);
+        if ((unsigned)a->kind < TUNE_NCOLLS) {
+            comm->tune_cache[a->kind].nbytes = a->count * esize;
+            comm->tune_cache[a->kind].choice = choice;
+            comm->tune_cache[a->kind].valid = 1;
+        }
+    }
     if ((choice.algo == ALGO_ONESHOT || choice.algo == ALGO_TWOSHOT) && comm->nranks > 1) {
         TRACE(SUB_TUNING, "%s of %zu bytes: %s, model %.1f us", coll_name(a->kind),
               a->count * esize, algo_name(choice.algo), choice.predicted_us);
@@ -367,10 +379,9 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
     }
     if (nreq > 0)
         CHECK_GOTO(comm_connect(comm, reqs, nreq), res, out);
-    wait_ctx_t w = {&comm->abort_flag, comm->timeout_ms * 1000000,
-                    comm->params.spin, -1,
-                    health_peer_alive, comm,
-                    &comm->op_fail};
+    wait_ctx_t w = {
+        &comm->abort_flag, comm->timeout_ms * 1000000, comm->spin, -1, health_peer_alive, comm,
+        &comm->op_fail};
     res = p2p_run(sends, ns, recvs, nr, &host_memops, &w);
 out:
     for (int i = 0; tmp && i < nops; i++)

@@ -204,6 +204,32 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
                      .slice_nbytes = (size_t)(comm->params.buffsize / comm->params.steps),
                      .direct_nbytes = (size_t)comm->params.direct_buffsize};
     transport_net_speed(&comm->tc, &t.net_gbps, &t.net_latency_us);
+    /* Cores a host's ranks share: the union of their bindings (mpirun binds each of 2 ranks to
+     * its own core; the host still has both for the two). */
+    if (comm->topo != NULL) {
+        cpu_set_t *sets = calloc((size_t)comm->nranks, sizeof(cpu_set_t));
+        if (sets == NULL)
+            return ERR(chorusSystemError, SUB_TUNING, "out of memory");
+        sets[comm->rank] = comm->topo->cpus;
+        chorusResult_t r = boot_allgather(comm->boot, sets, sizeof(cpu_set_t));
+        if (r != chorusSuccess) {
+            free(sets);
+            return r;
+        }
+        int fewest = 0;
+        for (int h = 0; h < comm->nhosts; h++) {
+            cpu_set_t u;
+            CPU_ZERO(&u);
+            for (int r2 = 0; r2 < comm->nranks; r2++)
+                if (comm->host_of[r2] == h)
+                    CPU_OR(&u, &u, &sets[r2]);
+            int k = CPU_COUNT(&u);
+            if (k > 0 && (fewest == 0 || k < fewest))
+                fewest = k;
+        }
+        free(sets);
+        t.host_cores = fewest;
+    }
     /* Every rank must pick the same algorithm for a call, so the model's machine-dependent
      * inputs are agreed on: the fewest cores, the slowest link, the longest latency. A rank whose
      * ring neighbours are all local has no net state (0: unknown) and takes the others' word;
@@ -234,6 +260,11 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     t.net_latency_us = (double)mine[2] / 1000.0;
     t.direct = (int)mine[3];
     free(all);
+    comm->spin = comm->params.spin;
+    const char *spin_set = params_raw("CHORUS_SPIN");
+    if ((spin_set == NULL || spin_set[0] == '\0') && t.host_cores > 0 &&
+        comm->machine_ranks > t.host_cores && comm->spin > 16)
+        comm->spin = 16; /* oversubscribed: yield almost at once (CHORUS_SPIN set: as set) */
     CHECK(res);
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
     if (comm->rank == 0)
@@ -312,6 +343,7 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
         }
     CHECK_GOTO(setup_channels(comm), res, err);
     CHECK_GOTO(setup_tuner(comm), res, err);
+    CHECK_GOTO(window_connect(comm), res, err); /* where the direct algorithms can run */
     CHECK_GOTO(exec_pool_create(comm->nchannels - 1, &comm->pool), res, err);
     CHECK_GOTO(boot_barrier(comm->boot), res, err);
     boot_set_deadline(comm->boot, 0);

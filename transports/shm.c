@@ -141,7 +141,7 @@ void shm_segment_name(char *name, size_t len, int from, int to, int tag)
 }
 
 /* Give the segment its pages now; ENOSPC is an error that says how much room /dev/shm lacks. */
-static chorusResult_t shm_allocate(int fd, const char *name, size_t nbytes, int peer)
+static chorusResult_t shm_allocate(int fd, const char *name, size_t nbytes, int peer, int window)
 {
     int rc;
     int tries = 0;
@@ -156,32 +156,41 @@ static chorusResult_t shm_allocate(int fd, const char *name, size_t nbytes, int 
         free_nbytes = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
         total_nbytes = (unsigned long long)vfs.f_blocks * vfs.f_frsize;
     }
+    const char *what = window ? "node-local window" : "shared-memory FIFO";
+    const char *whose = window ? "of" : "from";
     if (rc == ENOSPC || rc == EFBIG)
         return ERR(chorusSystemError, SUB_SHM,
-                   "%s is too small: the shared-memory FIFO %s%s from rank %d needs %zu bytes and "
-                   "%s has %llu bytes free of %llu (posix_fallocate: %s). Give %s more room "
-                   "(containers: docker run --shm-size=1g or more; Kubernetes: an emptyDir with "
-                   "medium: Memory on %s), or make each FIFO smaller with a lower CHORUS_BUFFSIZE "
-                   "or CHORUS_P2P_BUFFSIZE, or use fewer channels (CHORUS_MAX_NCHANNELS)",
-                   SHM_DIR, SHM_DIR, name, peer, nbytes, SHM_DIR, free_nbytes, total_nbytes,
-                   strerror(rc), SHM_DIR, SHM_DIR);
+                   "%s is too small: the %s %s%s %s rank %d needs %zu bytes and %s has %llu bytes "
+                   "free of %llu (posix_fallocate: %s). Give %s more room (containers: docker run "
+                   "--shm-size=1g or more; Kubernetes: an emptyDir with medium: Memory on %s), or "
+                   "%s",
+                   SHM_DIR, what, SHM_DIR, name, whose, peer, nbytes, SHM_DIR, free_nbytes,
+                   total_nbytes, strerror(rc), SHM_DIR, SHM_DIR,
+                   window ? "make the windows smaller (CHORUS_DIRECT_BUFFSIZE)"
+                          : "make each FIFO smaller with a lower CHORUS_BUFFSIZE or "
+                            "CHORUS_P2P_BUFFSIZE, or use fewer channels (CHORUS_MAX_NCHANNELS)");
     return ERR(chorusSystemError, SUB_SHM,
-               "posix_fallocate of %zu bytes for the shared-memory FIFO " SHM_DIR "%s from rank %d "
-               "failed: %s (" SHM_DIR " has %llu bytes free of %llu)",
-               nbytes, name, peer, strerror(rc), free_nbytes, total_nbytes);
+               "posix_fallocate of %zu bytes for the %s " SHM_DIR
+               "%s %s rank %d failed: %s (" SHM_DIR " has %llu bytes free of %llu)",
+               nbytes, what, name, whose, peer, strerror(rc), free_nbytes, total_nbytes);
 }
 
-chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int peer, void **map_p)
+chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int peer, int window,
+                               void **map_p)
 {
     chorusResult_t res;
     int fd = shm_open(name, create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
     if (fd < 0)
         return ERR(chorusSystemError, SUB_SHM,
-                   "shm_open(%s) for the FIFO %s rank %d failed: %s (is " SHM_DIR " mounted, "
+                   "shm_open(%s) for the %s %s rank %d failed: %s (is " SHM_DIR " mounted, "
                    "writable and not out of inodes?)",
-                   name, create ? "from" : "to", peer, strerror(errno));
+                   name, window ? "window" : "FIFO",
+                   window   ? "of"
+                   : create ? "from"
+                            : "to",
+                   peer, strerror(errno));
     if (create)
-        CHECK_GOTO(shm_allocate(fd, name, nbytes, peer), res, err_unlink);
+        CHECK_GOTO(shm_allocate(fd, name, nbytes, peer, window), res, err_unlink);
     void *map = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
         res = ERR(chorusSystemError, SUB_SHM, "mmap of %s (%zu bytes) failed: %s", name, nbytes,
@@ -211,7 +220,7 @@ static chorusResult_t shm_setup(const conn_setup_t *s, transport_res_t *res, con
         return chorusSuccess; /* the sender owns nothing; it maps the receiver's segment */
     shm_segment_name(res->name, sizeof(res->name), s->peer->rank, s->self->rank, s->tag);
     res->map_nbytes = shm_map_nbytes(s);
-    CHECK(shm_segment_map(res->name, res->map_nbytes, 1, s->peer->rank, &res->map));
+    CHECK(shm_segment_map(res->name, res->map_nbytes, 1, s->peer->rank, 0, &res->map));
     shm_bind(res, s, conn);
     shm_handle_t h;
     memset(&h, 0, sizeof(h));
@@ -249,7 +258,7 @@ static chorusResult_t shm_connect(const conn_setup_t *s, const transport_handle_
                    s->slot_nbytes);
     snprintf(res->name, sizeof(res->name), "%s", h.name);
     res->map_nbytes = h.map_nbytes;
-    CHECK(shm_segment_map(res->name, res->map_nbytes, 0, s->peer->rank, &res->map));
+    CHECK(shm_segment_map(res->name, res->map_nbytes, 0, s->peer->rank, 0, &res->map));
     res->unlinked = 1; /* the owner unlinks */
     shm_bind(res, s, conn);
     return chorusSuccess;

@@ -99,9 +99,11 @@ extern const transport_ops_t net_transport;
 /* Shared-memory segments for other users of shm (the direct algorithms' node-local windows):
  * a fresh name /chorus-<pid>-<random>-<from>-<to>-<tag>, and a mapping of nbytes (create: a new
  * segment, 0600, its pages allocated so a full /dev/shm is an error, not SIGBUS; else the
- * existing one by name). peer names the other rank in errors. The creator unlinks it. */
+ * existing one by name). peer names the other rank in errors (the owner for a window: window
+ * set). The creator unlinks it. */
 void shm_segment_name(char *name, size_t len, int from, int to, int tag);
-chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int peer, void **map_p);
+chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int peer, int window,
+                               void **map_p);
 
 /* The communicator is about to run operations / has finished them: the net transport's proxy
  * thread works between the two and sleeps otherwise. Cheap no-ops without net connections. */
