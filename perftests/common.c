@@ -4,10 +4,11 @@
  * Flow: pick the launch mode (mpirun: MPI_Init + chorusCommInitMPI; CHORUS_RANK/RANK env:
  * chorusCommInitEnv; neither: a single rank), parse nccl-tests' flags (flags.c), then for every
  * dtype x op x root run the size sweep: per row, out-of-place then in-place, each timed over -n
- * iterations after a sync call, then checked bit-exactly on a fresh call against values computed
+ * iterations after a sync call (with --compare mpi, MPI's out-of-place call timed in the same
+ * loop, in alternating blocks), then checked bit-exactly on a fresh call against values computed
  * on the host (data.c). Cross-rank aggregation (times, #wrong) goes through MPI under mpirun,
- * through Chorus otherwise. Only rank 0 prints the table; errors go to stderr from the rank that
- * saw them.
+ * through Chorus otherwise. The measured row goes to report.c, which prints the table on rank 0
+ * and writes the -J file; errors go to stderr from the rank that saw them.
  */
 #define _GNU_SOURCE
 #include "common.h"
@@ -21,8 +22,11 @@
 #include "chorus_mpi.h"
 #include "data.h"
 #include "flags.h"
+#include "report.h"
 
 #define PERF_LINE_BYTES 256
+/* --compare mpi: the most blocks a row's -n iterations are cut into, alternating Chorus and MPI. */
+#define PERF_COMPARE_BLOCKS 8
 
 typedef enum { PERF_INIT_MPI, PERF_INIT_ENV, PERF_INIT_SINGLE } perf_init_t;
 
@@ -37,8 +41,7 @@ typedef struct perf_ctx {
     char *sendbuf, *recvbuf, *expected;
     size_t bufbytes;
     long long local_errors; /* checks of this rank that found wrong elements */
-    double bw_sum;
-    long bw_count;
+    perf_report_t report; /* the table, the summary and the -J file (report.c) */
 } perf_ctx_t;
 
 static perf_ctx_t perf_ctx;
@@ -181,10 +184,14 @@ static void perf_print_banner(perf_ctx_t *ctx)
         PERF_PRINT("# --compare mpi ignored: not launched by mpirun, or no MPI counterpart\n");
         ctx->o.compare_mpi = 0;
     } else if (o->compare_mpi) {
-        PERF_PRINT("# --compare mpi: mpi(us) is MPI's out-of-place call on the same buffers (avg "
-                   "as MPI_SUM; none for half/bfloat16); ratio = mpi / chorus out-of-place time, "
-                   "> 1: Chorus faster\n");
+        PERF_PRINT("# --compare mpi: MPI's out-of-place call on the same buffers, its iterations "
+                   "interleaved with Chorus' (avg as MPI_SUM; none for half/bfloat16); ratio = "
+                   "mpi / chorus out-of-place time, > 1: Chorus faster\n");
     }
+    if (o->json_path != NULL) {
+        PERF_PRINT("# Writing JSON to %s\n", o->json_path);
+    }
+    perf_report_print_env(&ctx->report);
     PERF_PRINT("#\n# Using devices\n");
     snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host]\n",
              ctx->rank, 0, (int)getpid(), ctx->host, dev);
@@ -204,33 +211,6 @@ static void perf_print_banner(perf_ctx_t *ctx)
     free(lines);
 }
 
-static void perf_print_table_header(const perf_ctx_t *ctx)
-{
-    const char *t = ctx->o.cputime ? "cputime" : "time";
-    PERF_PRINT("#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
-               "in-place          %s\n",
-               "", "", "", "", "", ctx->o.compare_mpi ? "  compare" : "");
-    PERF_PRINT("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size", "count",
-               "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw",
-               "#wrong");
-    if (ctx->o.compare_mpi) {
-        PERF_PRINT("  %7s  %6s", "mpi(us)", "ratio");
-    }
-    if (ctx->coll->tuning_name != NULL) {
-        PERF_PRINT("  %5s  %8s", "algo", "pred");
-    }
-    PERF_PRINT("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
-               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-               "");
-    if (ctx->o.compare_mpi) {
-        PERF_PRINT("  %7s  %6s", "(us)", "");
-    }
-    if (ctx->coll->tuning_name != NULL) {
-        PERF_PRINT("  %5s  %8s", "", "(us)");
-    }
-    PERF_PRINT("\n");
-}
-
 /* Timing and checking -------------------------------------------------------------------------- */
 
 static double perf_now(void)
@@ -240,27 +220,13 @@ static double perf_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void perf_format_time(char *buf, size_t len, double usec)
-{
-    if (usec >= 10000.0) {
-        snprintf(buf, len, "%7.0f", usec);
-    } else if (usec >= 100.0) {
-        snprintf(buf, len, "%7.1f", usec);
-    } else {
-        snprintf(buf, len, "%7.2f", usec);
-    }
-}
-
 /* The tuner's choice and the model's time for this row (chorusCommTuningInfo). */
-static void perf_print_tuning(const perf_case_t *c)
+static void perf_tuning(const perf_case_t *c, perf_row_t *row)
 {
-    const char *algo = "?";
-    double pred = 0;
+    row->algo = "?";
+    row->pred_us = 0;
     PERF_CHECK(chorusCommTuningInfo(perf_ctx.comm, perf_ctx.coll->tuning_name, c->counts.paramcount,
-                                    c->dtype, &algo, &pred));
-    char tstr[32];
-    perf_format_time(tstr, sizeof(tstr), pred);
-    PERF_PRINT("  %5s  %8s", algo, tstr);
+                                    c->dtype, &row->algo, &row->pred_us));
 }
 
 /* The send and receive pointers of a call: separate buffers, or in place inside recvbuf. */
@@ -307,23 +273,34 @@ static void perf_complete(void)
     }
 }
 
-/* One column group (time algbw busbw #wrong) of a row; returns the aggregated seconds. */
-static double perf_bench(const perf_case_t *c, int in_place)
+static int perf_mpi_types(const perf_case_t *c, MPI_Datatype *dt_p, MPI_Op *op_p)
+{
+    /* In chorusDataType_t order; half and bfloat16 have no MPI datatype. */
+    MPI_Datatype types[chorusNumTypes] = {
+        MPI_INT8_T,   MPI_UINT8_T,       MPI_INT32_T, MPI_UINT32_T, MPI_INT64_T,
+        MPI_UINT64_T, MPI_DATATYPE_NULL, MPI_FLOAT,   MPI_DOUBLE,   MPI_DATATYPE_NULL};
+    MPI_Op ops[chorusNumOps] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN, MPI_SUM}; /* avg: as sum */
+    *dt_p = types[c->dtype];
+    *op_p = perf_ctx.coll->reduces ? ops[c->op] : MPI_OP_NULL;
+    return *dt_p != MPI_DATATYPE_NULL;
+}
+
+/* MPI's out-of-place call on the same buffers (MPI_ERRORS_ARE_FATAL: a failure aborts the job). */
+static void perf_mpi_call(const perf_case_t *c, MPI_Datatype dt, MPI_Op op)
+{
+    perf_ctx.coll->mpi_run(perf_ctx.sendbuf, perf_ctx.recvbuf, c, dt, op, MPI_COMM_WORLD);
+}
+
+/* iters timed Chorus iterations (each -m calls, grouped) after a barrier: this rank's seconds,
+ * with the time until the last call returned (before waiting for the stream) in *cpu_p. */
+static double perf_time_chorus(const perf_case_t *c, const void *sendp, void *recvp, int iters,
+                               double *cpu_p)
 {
     const perf_opts_t *o = &perf_ctx.o;
-    size_t es = perf_dtype_size(c->dtype);
-    char *sendp, *recvp, tstr[32], wstr[32] = "N/A";
-    double t0, cpu, sec, algbw = 0, busbw = 0;
-    long long wrong = 0;
-
-    perf_buffers(c, in_place, &sendp, &recvp);
-    perf_prepare(c, in_place, 0);
-    perf_call(c, sendp, recvp); /* sync call */
-    perf_complete();
+    double t0;
     perf_barrier();
-
     t0 = perf_now();
-    for (int it = 0; it < o->iters; it++) {
+    for (int it = 0; it < iters; it++) {
         if (o->agg_iters > 1) {
             PERF_CHECK(chorusGroupStart());
         }
@@ -338,15 +315,86 @@ static double perf_bench(const perf_case_t *c, int in_place)
             perf_barrier();
         }
     }
-    cpu = (perf_now() - t0) / ((double)o->iters * o->agg_iters);
+    *cpu_p = perf_now() - t0;
     perf_complete();
-    sec = (perf_now() - t0) / ((double)o->iters * o->agg_iters);
-    sec = perf_aggregate_time(o->cputime ? cpu : sec);
-    if (sec > 0) {
-        perf_ctx.coll->get_bw(c->counts.paramcount, es, sec, c->nranks, &algbw, &busbw);
+    return perf_now() - t0;
+}
+
+/* The same for MPI: iters x -m calls after a barrier, a barrier after each with -z 1. */
+static double perf_time_mpi(const perf_case_t *c, MPI_Datatype dt, MPI_Op op, int iters)
+{
+    double t0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = perf_now();
+    for (int it = 0; it < iters * perf_ctx.o.agg_iters; it++) {
+        perf_mpi_call(c, dt, op);
+        if (perf_ctx.o.blocking) {
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    }
+    return perf_now() - t0;
+}
+
+/* res from this rank's total seconds over -n x -m calls: aggregated across ranks (-a), then
+ * nccl-tests' bandwidths. */
+static void perf_result(const perf_case_t *c, double total, perf_result_t *res)
+{
+    const perf_opts_t *o = &perf_ctx.o;
+    res->sec = perf_aggregate_time(total / ((double)o->iters * o->agg_iters));
+    res->algbw = res->busbw = 0;
+    if (res->sec > 0) {
+        perf_ctx.coll->get_bw(c->counts.paramcount, perf_dtype_size(c->dtype), res->sec, c->nranks,
+                              &res->algbw, &res->busbw);
+    }
+}
+
+/*
+ * One column group (time algbw busbw #wrong) of a row into *res. With mpi_p (--compare mpi, out
+ * of place), MPI's call on the same buffers is timed in the same loop, interleaved so machine
+ * noise hits both alike: the -n iterations are cut into up to PERF_COMPARE_BLOCKS blocks, and
+ * block b runs Chorus then MPI when b is even, MPI then Chorus when odd (ABBA: a drift within the
+ * row cancels too). Each block starts after a barrier; the times summed are the blocks' own.
+ * The check (-c) runs afterwards on Chorus' result only; MPI is no oracle here (Open MPI 4.1
+ * saturates int8/uint8 sums on AVX-512, open-mpi/ompi#8045).
+ */
+static void perf_bench(const perf_case_t *c, int in_place, perf_result_t *res, perf_result_t *mpi_p)
+{
+    const perf_opts_t *o = &perf_ctx.o;
+    char *sendp, *recvp;
+    double total = 0, cpu = 0, mpi_total = 0;
+    MPI_Datatype dt = MPI_DATATYPE_NULL;
+    MPI_Op op = MPI_OP_NULL;
+    int nblocks = mpi_p == NULL                    ? 1
+                  : o->iters < PERF_COMPARE_BLOCKS ? o->iters
+                                                   : PERF_COMPARE_BLOCKS;
+
+    perf_buffers(c, in_place, &sendp, &recvp);
+    perf_prepare(c, in_place, 0);
+    perf_call(c, sendp, recvp); /* sync call */
+    perf_complete();
+    if (mpi_p != NULL) {
+        perf_mpi_types(c, &dt, &op);
+        perf_mpi_call(c, dt, op); /* MPI's sync call */
+    }
+    for (int b = 0; b < nblocks; b++) {
+        int iters = o->iters / nblocks + (b < o->iters % nblocks);
+        double block_cpu;
+        if (mpi_p != NULL && b % 2 == 1) {
+            mpi_total += perf_time_mpi(c, dt, op, iters);
+        }
+        total += perf_time_chorus(c, sendp, recvp, iters, &block_cpu);
+        cpu += block_cpu;
+        if (mpi_p != NULL && b % 2 == 0) {
+            mpi_total += perf_time_mpi(c, dt, op, iters);
+        }
+    }
+    perf_result(c, o->cputime ? cpu : total, res);
+    if (mpi_p != NULL) {
+        perf_result(c, mpi_total, mpi_p);
     }
     perf_barrier();
 
+    res->wrong = o->check ? 0 : -1;
     for (int k = 0; k < o->check; k++) {
         size_t ncheck = perf_prepare(c, in_place, 1);
         long long local;
@@ -357,60 +405,11 @@ static double perf_bench(const perf_case_t *c, int in_place)
         if (local) {
             perf_ctx.local_errors++;
         }
-        wrong = perf_sum_ll(local);
-        if (wrong) {
+        res->wrong = perf_sum_ll(local);
+        if (res->wrong) {
             break;
         }
     }
-
-    perf_format_time(tstr, sizeof(tstr), sec * 1e6);
-    if (o->check) {
-        snprintf(wstr, sizeof(wstr), "%lld", wrong);
-    }
-    PERF_PRINT("  %7s  %6.2f  %6.2f  %5s", tstr, algbw, busbw, wstr);
-    perf_ctx.bw_sum += busbw;
-    perf_ctx.bw_count++;
-    return sec;
-}
-
-static int perf_mpi_types(const perf_case_t *c, MPI_Datatype *dt_p, MPI_Op *op_p)
-{
-    /* In chorusDataType_t order; half and bfloat16 have no MPI datatype. */
-    MPI_Datatype types[chorusNumTypes] = {
-        MPI_INT8_T,   MPI_UINT8_T,       MPI_INT32_T, MPI_UINT32_T, MPI_INT64_T,
-        MPI_UINT64_T, MPI_DATATYPE_NULL, MPI_FLOAT,   MPI_DOUBLE,   MPI_DATATYPE_NULL};
-    MPI_Op ops[chorusNumOps] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN, MPI_SUM}; /* avg: as sum */
-    *dt_p = types[c->dtype];
-    *op_p = perf_ctx.coll->reduces ? ops[c->op] : MPI_OP_NULL;
-    return *dt_p != MPI_DATATYPE_NULL;
-}
-
-/* The --compare mpi columns: MPI's out-of-place call timed like Chorus's. */
-static void perf_bench_mpi(const perf_case_t *c, double chorus_sec)
-{
-    const perf_opts_t *o = &perf_ctx.o;
-    MPI_Datatype dt;
-    MPI_Op op;
-    char tstr[32];
-    double t0, sec;
-
-    if (!perf_mpi_types(c, &dt, &op)) {
-        PERF_PRINT("  %7s  %6s", "N/A", "N/A");
-        return;
-    }
-    perf_prepare(c, 0, 0);
-    perf_ctx.coll->mpi_run(perf_ctx.sendbuf, perf_ctx.recvbuf, c, dt, op, MPI_COMM_WORLD);
-    MPI_Barrier(MPI_COMM_WORLD);
-    t0 = perf_now();
-    for (int it = 0; it < o->iters * o->agg_iters; it++) {
-        perf_ctx.coll->mpi_run(perf_ctx.sendbuf, perf_ctx.recvbuf, c, dt, op, MPI_COMM_WORLD);
-        if (o->blocking) {
-            MPI_Barrier(MPI_COMM_WORLD);
-        }
-    }
-    sec = perf_aggregate_time((perf_now() - t0) / ((double)o->iters * o->agg_iters));
-    perf_format_time(tstr, sizeof(tstr), sec * 1e6);
-    PERF_PRINT("  %7s  %6.2f", tstr, chorus_sec > 0 ? sec / chorus_sec : 0.0);
 }
 
 static void perf_setup(perf_case_t *c, size_t nbytes, chorusDataType_t dtype, chorusRedOp_t op,
@@ -425,15 +424,23 @@ static void perf_setup(perf_case_t *c, size_t nbytes, chorusDataType_t dtype, ch
     perf_ctx.coll->get_counts(nbytes / perf_dtype_size(dtype), c->nranks, &c->counts);
 }
 
+/* -w calls of Chorus' collective (and, when compared, MPI's) at nbytes. */
 static void perf_warmup(size_t nbytes, chorusDataType_t dtype, chorusRedOp_t op, int root)
 {
     perf_case_t c;
+    MPI_Datatype dt;
+    MPI_Op mop;
     perf_setup(&c, nbytes, dtype, op, root);
     perf_prepare(&c, 0, 0);
     for (int it = 0; it < perf_ctx.o.warmup; it++) {
         perf_call(&c, perf_ctx.sendbuf, perf_ctx.recvbuf);
     }
     perf_complete();
+    if (perf_ctx.o.compare_mpi && perf_mpi_types(&c, &dt, &mop)) {
+        for (int it = 0; it < perf_ctx.o.warmup; it++) {
+            perf_mpi_call(&c, dt, mop);
+        }
+    }
 }
 
 static size_t perf_next_size(size_t nbytes)
@@ -455,26 +462,26 @@ static void perf_time_test(chorusDataType_t dtype, chorusRedOp_t op, int root)
     perf_warmup(o->minbytes, dtype, op, root);
     for (size_t nbytes = o->minbytes; nbytes <= o->maxbytes; nbytes = perf_next_size(nbytes)) {
         perf_case_t c;
-        size_t es = perf_dtype_size(dtype), shown;
-        double sec;
+        perf_row_t row = {0};
+        MPI_Datatype dt;
+        MPI_Op mop;
         perf_setup(&c, nbytes, dtype, op, root);
-        shown = c.counts.sendcount > c.counts.recvcount ? c.counts.sendcount : c.counts.recvcount;
-        PERF_PRINT("%12zu  %12zu  %8s  %6s  %6i", shown * es, c.counts.paramcount,
-                   perf_type_name(dtype), coll->reduces ? perf_op_name(op) : "none",
-                   coll->rooted ? root : -1);
-        sec = perf_bench(&c, 0);
-        if (coll->no_inplace) {
-            PERF_PRINT("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
-        } else {
-            perf_bench(&c, 1);
-        }
-        if (o->compare_mpi) {
-            perf_bench_mpi(&c, sec);
+        row.nbytes =
+            (c.counts.sendcount > c.counts.recvcount ? c.counts.sendcount : c.counts.recvcount) *
+            perf_dtype_size(dtype);
+        row.count = c.counts.paramcount;
+        row.dtype = dtype;
+        row.op = op;
+        row.root = coll->rooted ? root : -1;
+        row.has_mpi = o->compare_mpi && perf_mpi_types(&c, &dt, &mop);
+        perf_bench(&c, 0, &row.oop, row.has_mpi ? &row.mpi : NULL);
+        if (!coll->no_inplace) {
+            perf_bench(&c, 1, &row.ip, NULL);
         }
         if (coll->tuning_name != NULL) {
-            perf_print_tuning(&c);
+            perf_tuning(&c, &row);
         }
-        PERF_PRINT("\n");
+        perf_report_row(&perf_ctx.report, &row);
         if (nbytes == SIZE_MAX || perf_next_size(nbytes) <= nbytes) {
             break;
         }
@@ -504,8 +511,7 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
 {
     perf_ctx_t *ctx = &perf_ctx;
     long long errors;
-    int parsed, nroots, root0;
-    double avg_bw;
+    int parsed, nroots, root0, written;
 
     setlinebuf(stdout);
     memset(ctx, 0, sizeof(*ctx));
@@ -533,17 +539,37 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     if (!ctx->o.stream_null) {
         PERF_CHECK(chorusStreamCreate(&ctx->stream));
     }
+    ctx->report = (perf_report_t){.coll = coll,
+                                  .o = &ctx->o,
+                                  .rank = ctx->rank,
+                                  .nranks = ctx->nranks,
+                                  .init_name = ctx->init == PERF_INIT_MPI   ? "mpi"
+                                               : ctx->init == PERF_INIT_ENV ? "env"
+                                                                            : "single",
+                                  .host = ctx->host};
     perf_print_banner(ctx);
     if (ctx->o.root >= ctx->nranks) {
         PERF_PRINT("invalid root %d for %d ranks\n", ctx->o.root, ctx->nranks);
         perf_fail("-r root check", chorusInvalidArgument, __FILE__, __LINE__);
+    }
+    /* After the banner, which may turn --compare off: the file records what runs. Every rank
+     * learns whether rank 0 could create it. */
+    if (perf_sum_ll(perf_report_open(&ctx->report, argc, argv) != 0) != 0) {
+        if (ctx->stream != NULL) {
+            PERF_CHECK(chorusStreamDestroy(ctx->stream));
+        }
+        PERF_CHECK(chorusCommDestroy(ctx->comm));
+        if (ctx->init == PERF_INIT_MPI) {
+            MPI_Finalize();
+        }
+        return 2;
     }
 
     ctx->bufbytes = (ctx->o.maxbytes < 64 ? 64 : ctx->o.maxbytes) + 64;
     ctx->sendbuf = perf_alloc(ctx->bufbytes, ctx->o.register_bufs);
     ctx->recvbuf = perf_alloc(ctx->bufbytes, ctx->o.register_bufs);
     ctx->expected = perf_alloc(ctx->bufbytes, 0);
-    perf_print_table_header(ctx);
+    perf_report_header(&ctx->report);
 
     nroots = coll->rooted && ctx->o.root == -1 ? ctx->nranks : 1;
     root0 = coll->rooted ? (ctx->o.root == -1 ? 0 : ctx->o.root) : -1;
@@ -557,10 +583,7 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     }
 
     errors = perf_sum_ll(ctx->local_errors);
-    avg_bw = ctx->bw_count ? ctx->bw_sum / (double)ctx->bw_count : 0.0;
-    PERF_PRINT("# Out of bounds values : %lld %s\n", errors, errors ? "FAILED" : "OK");
-    PERF_PRINT("# Avg bus bandwidth    : %g \n", avg_bw);
-    PERF_PRINT("#\n");
+    written = perf_report_finish(&ctx->report, errors);
 
     perf_free(ctx->sendbuf, ctx->o.register_bufs);
     perf_free(ctx->recvbuf, ctx->o.register_bufs);
@@ -573,5 +596,5 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     if (ctx->init == PERF_INIT_MPI) {
         MPI_Finalize();
     }
-    return errors ? 1 : 0;
+    return errors || written != 0 ? 1 : 0;
 }

@@ -1,7 +1,7 @@
 /*
  * flags.c: nccl-tests' command line for the *_perf benchmarks (see flags.h).
  *
- * Short and long names as nccl-tests' (plus --local_register and --compare), byte sizes with
+ * Short and long names as nccl-tests' (plus --compare and --json), byte sizes with
  * K/M/G suffixes, every integer range-checked, dtype and op names looked up in data.c. Flags
  * nccl-tests has but a host-stream, one-rank-per-process driver cannot honour (-t, -g, -p, -T,
  * -G, -F) are accepted and ignored. Only rank 0 prints, so a bad flag is reported once.
@@ -89,13 +89,14 @@ static void perf_usage(const char *prog, int rank)
         "\t[-o sum|prod|max|min|avg|all] [-r root, -1: all] [-z 1: barrier after each call]\n"
         "\t[-y 1: NULL stream (default), 0: host stream] [-R 1: chorusMemAlloc buffers]\n"
         "\t[-a 0|1|2|3: time of rank 0|avg|min|max] [-C 1: report cputime]\n"
-        "\t[-M,--compare mpi: time MPI's collective too] [-t/-g/-p/-T/-G/-F: ignored]\n"
+        "\t[-M,--compare mpi: time MPI's collective too, interleaved with Chorus']\n"
+        "\t[-J,--output_file FILE: write the results as JSON too] [-t/-g/-p/-T/-G/-F: ignored]\n"
         "Long names as nccl-tests'. Launch by mpirun, by CHORUS_RANK/CHORUS_NRANKS/"
         "CHORUS_ROOT (or torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), or alone.\n",
         prog);
 }
 
-/* nccl-tests' long names, and --local_register / --compare */
+/* nccl-tests' long names, and --compare / --json (an alias of --output_file) */
 /* clang-format off */
 static const struct option perf_longopts[] = {
     {"nthreads", 1, 0, 't'}, {"ngpus", 1, 0, 'g'}, {"minbytes", 1, 0, 'b'},
@@ -104,8 +105,9 @@ static const struct option perf_longopts[] = {
     {"parallel_init", 1, 0, 'p'}, {"check", 1, 0, 'c'}, {"op", 1, 0, 'o'},
     {"datatype", 1, 0, 'd'}, {"root", 1, 0, 'r'}, {"blocking", 1, 0, 'z'},
     {"stream_null", 1, 0, 'y'}, {"timeout", 1, 0, 'T'}, {"cudagraph", 1, 0, 'G'},
-    {"report_cputime", 1, 0, 'C'}, {"average", 1, 0, 'a'}, {"output_file", 1, 0, 'F'},
-    {"local_register", 1, 0, 'R'}, {"compare", 1, 0, 'M'}, {"help", 0, 0, 'h'},
+    {"report_cputime", 1, 0, 'C'}, {"average", 1, 0, 'a'}, {"output_file", 1, 0, 'J'},
+    {"json", 1, 0, 'J'}, {"local_register", 1, 0, 'R'}, {"compare", 1, 0, 'M'},
+    {"help", 0, 0, 'h'},
     {NULL, 0, NULL, 0},
 };
 /* clang-format on */
@@ -148,7 +150,7 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
                        .ops = {chorusSum}};
     opterr = 0;
     for (;;) {
-        int c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:F:R:M:h",
+        int c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:F:J:R:M:h",
                             perf_longopts, NULL);
         const perf_int_flag_t *flag = NULL;
         int bad = 0;
@@ -176,6 +178,9 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
         } else if (c == 'M') {
             o->compare_mpi = strcmp(optarg, "mpi") == 0 || strcmp(optarg, "1") == 0;
             bad = !o->compare_mpi && strcmp(optarg, "0") != 0 && strcmp(optarg, "none") != 0;
+        } else if (c == 'J') {
+            o->json_path = optarg;
+            bad = optarg[0] == '\0';
         } else if (c == 'F') {
             PERF_PRINT(rank, "# -F (CSV output) is not supported; printing to stdout\n");
         } else if (c == 'h') {

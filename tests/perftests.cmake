@@ -1,7 +1,11 @@
 # perftests under ctest: the *_perf benchmarks with every dtype x op, checked bit-exactly. The
 # driver tests/perftests_run.sh fails a run whose exit code is non-zero, whose table has a non-zero
-# #wrong column, or that prints no rows; it exits 77 (SKIP) without mpirun. CHORUS_PERF_TIMEOUT
+# #wrong column, or that prints no rows; with --compare mpi, one without the MPI columns or the
+# MPI summary lines; with CHORUS_PERF_JSON_ROWS=N, one whose -J file is not valid JSON, has not N
+# rows (the size sweep x dtypes x ops x roots, counted here from the flags) or differs from the
+# table (tests/perftests_json_check.py). It exits 77 (SKIP) without mpirun. CHORUS_PERF_TIMEOUT
 # (each entry's TIMEOUT less 30 s) bounds every process, so none outlives a timed-out test.
+# Timings are printed, never judged.
 #
 # perftests/ is added after tests/, so its targets do not exist yet when this fragment is read:
 # the entries are declared at the end of the top-level directory, when they do.
@@ -10,35 +14,73 @@ function(chorus_perftests_add_tests run)
     message(STATUS "Chorus: perftests not built (no MPI or CHORUS_BUILD_PERFTESTS=OFF); no perf tests")
     return()
   endif()
+  get_filename_component(tests_dir ${run} DIRECTORY)
   set(mpirun ${MPIEXEC_EXECUTABLE})
   if(NOT mpirun)
     set(mpirun mpirun)
   endif()
+  # 8 B .. 1M by 4: 9 sizes, x 10 dtypes x 5 ops = 450 rows (the JSON checks count them).
   set(all -b 8 -e 1M -f 4 -d all -o all -n 2 -w 1)
   # Four ranks under mpirun (chorusCommInitMPI), aggregation through MPI.
   chorus_add_test(NAME perf_all_reduce_mpi4
     COMMAND ${run} mpi 4 ${mpirun} $<TARGET_FILE:all_reduce_perf> ${all}
-    TIMEOUT 600 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=570)
-  # Two ranks joined by CHORUS_RANK/CHORUS_NRANKS/CHORUS_ROOT, aggregation through Chorus.
+    TIMEOUT 600 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=570 CHORUS_PERF_JSON_ROWS=450)
+  # Two ranks joined by CHORUS_RANK/CHORUS_NRANKS/CHORUS_ROOT, aggregation through Chorus; rank 0
+  # writes the JSON there too.
   chorus_add_test(NAME perf_all_reduce_env2
     COMMAND ${run} env 2 - $<TARGET_FILE:all_reduce_perf> ${all}
-    TIMEOUT 300 LABELS perf ENV CHORUS_PERF_TIMEOUT=270)
-  # --compare mpi prints the MPI columns; a host stream (-y 0) and grouped calls (-m 2) run too.
+    TIMEOUT 300 LABELS perf ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=450)
+  # --compare mpi prints the MPI columns and summary, interleaved with a host stream (-y 0) and
+  # grouped calls (-m 2); 1K, 16K, 256K: 3 rows.
   chorus_add_test(NAME perf_all_reduce_compare_mpi
     COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 1K -e 256K -f 16 -d float
-      -o sum -n 5 -w 2 --compare mpi
-    TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270)
+      -o sum -n 5 -w 2 -y 0 -m 2 --compare mpi
+    TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=3)
+  # The issue's second MPI run: glibc told not to return big buffers to the kernel
+  # (MALLOC_MMAP_MAX_=0); the JSON records it. Every dtype: half and bfloat16 rows have no MPI
+  # numbers, the others do. 8 B .. 32K by 8: 5 sizes x 10 dtypes = 50 rows.
+  chorus_add_test(NAME perf_all_reduce_mmap0
+    COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 8 -e 32K -f 8 -d all -o sum
+      -n 4 -w 1 --compare mpi
+    TIMEOUT 120 LABELS perf mpi
+    ENV CHORUS_PERF_TIMEOUT=90 MALLOC_MMAP_MAX_=0 CHORUS_PERF_JSON_ROWS=50
+      CHORUS_PERF_JSON_ENV=MALLOC_MMAP_MAX_=0)
+  # --compare mpi for each other collective: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast,
+  # MPI_Reduce, MPI_Alltoall, MPI_Sendrecv, every dtype, with (-z 1) and without a barrier after
+  # each call. 8 B .. 32K by 8: 5 sizes x 10 dtypes, x 2 roots (-r -1 on 2 ranks) when rooted.
+  foreach(spec reduce_scatter:0:50 all_gather:1:50 broadcast:0:100 reduce:1:100 alltoall:0:50
+      sendrecv:1:50)
+    string(REPLACE ":" ";" spec "${spec}")
+    list(GET spec 0 name)
+    list(GET spec 1 blocking)
+    list(GET spec 2 nrows)
+    if(TARGET ${name}_perf)
+      chorus_add_test(NAME perf_${name}_compare_mpi
+        COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:${name}_perf> -b 8 -e 32K -f 8 -d all -o sum
+          -r -1 -n 4 -w 1 -z ${blocking} --compare mpi
+        TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=90 CHORUS_PERF_JSON_ROWS=${nrows})
+    endif()
+  endforeach()
+  # perftests/plot draws the user run and the MALLOC_MMAP_MAX_=0 run into one PNG.
+  chorus_add_test(NAME perf_plot
+    COMMAND ${tests_dir}/perftests_plot.sh ${mpirun}
+      $<TARGET_FILE:all_reduce_perf> ${PROJECT_SOURCE_DIR}/perftests/plot
+    TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=45)
   chorus_add_test(NAME perf_all_reduce_stream_group
     COMMAND ${run} mpi 3 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 0 -e 64K -f 8 -d all -o sum
       -n 3 -w 1 -y 0 -m 2 -z 1
     TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270)
-  # The other benchmarks, on an odd rank count.
-  foreach(name reduce_scatter all_gather broadcast reduce alltoall sendrecv)
+  # The other benchmarks, on an odd rank count. 8 B .. 256K by 8: 6 sizes x 10 dtypes, x 5 ops
+  # when the collective reduces, x 3 roots (-r -1) when it has one.
+  foreach(spec reduce_scatter:300 all_gather:60 broadcast:180 reduce:900 alltoall:60 sendrecv:60)
+    string(REPLACE ":" ";" spec "${spec}")
+    list(GET spec 0 name)
+    list(GET spec 1 nrows)
     if(TARGET ${name}_perf)
       chorus_add_test(NAME perf_${name}_mpi3
         COMMAND ${run} mpi 3 ${mpirun} $<TARGET_FILE:${name}_perf> -b 8 -e 256K -f 8 -d all
           -o all -r -1 -n 2 -w 1
-        TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270)
+        TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=${nrows})
     endif()
   endforeach()
 endfunction()

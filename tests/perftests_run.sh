@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# perftests_run.sh MODE NRANKS MPIRUN EXE [ARGS...]: run a *_perf benchmark and judge its table.
+# perftests_run.sh MODE NRANKS MPIRUN EXE [ARGS...]: run a *_perf benchmark and judge its output.
 #
 # MODE mpi: MPIRUN --oversubscribe --allow-run-as-root -np NRANKS EXE ARGS (init by MPI).
 # MODE env: NRANKS background processes of EXE ARGS with CHORUS_RANK=r, CHORUS_NRANKS=NRANKS and
 #   CHORUS_ROOT=127.0.0.1:PORT, PORT one no socket on this host uses (MPIRUN is ignored, pass -).
 # Fails when a process exits non-zero, when the table has no rows, when a #wrong column is not 0,
-# or when the summary is not "# Out of bounds values : 0 OK". Exits 77 (SKIP) without mpirun.
+# or when the summary is not "# Out of bounds values : 0 OK". With --compare mpi (unless the
+# banner says it was ignored), also when the mpi(us) mpibusbw ratio columns are missing, when a
+# row of a dtype MPI has (all but half and bfloat16) has no MPI numbers or one of half/bfloat16
+# has, or when the two MPI summary lines are missing. Timings are never judged.
+# CHORUS_PERF_JSON_ROWS=N: also write -J and check it with perftests_json_check.py: valid JSON,
+#   N rows, the same rows as the table, the MPI fields as --compare says; CHORUS_PERF_JSON_ENV=
+#   NAME=VALUE (NAME= : unset) checks the recorded environment; CHORUS_PERF_JSON_OUT=FILE keeps
+#   the file there (default: a temporary one).
+# Exits 77 (SKIP) without mpirun (MODE mpi), or without python3 when a JSON check is asked for.
 # CHORUS_PERF_TIMEOUT (seconds, default 540) bounds every process.
 set -u
 mode=${1:?usage: perftests_run.sh MODE NRANKS MPIRUN EXE [ARGS...]}
@@ -22,7 +30,21 @@ fail() {
     exit 1
 }
 
+json_rows=${CHORUS_PERF_JSON_ROWS:-}
+if [ -n "$json_rows" ]; then
+    command -v python3 >/dev/null || skip "python3 not found (needed to check the -J file)"
+fi
+compare=0
+case " $* " in
+*" --compare mpi "* | *" --compare=mpi "* | *" -M mpi "* | *" -Mmpi "*) compare=1 ;;
+esac
+
 dir=$(mktemp -d)
+json=${CHORUS_PERF_JSON_OUT:-$dir/run.json}
+if [ -n "$json_rows" ]; then
+    rm -f "$json"
+    set -- "$@" -J "$json"
+fi
 pids=()
 cleanup() {
     for p in "${pids[@]}"; do
@@ -118,10 +140,43 @@ bad=$(awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 13 && (($9 != "N/A" && $9 != 0) || 
 [ "$rows" -gt 0 ] || { echo "no table rows in the output" >&2; status=1; }
 [ -z "$bad" ] || { printf 'rows with wrong elements:\n%s\n' "$bad" >&2; status=1; }
 grep -q '^# Out of bounds values : 0 OK' "$dir/out.0" || { echo "summary is not '0 OK'" >&2; status=1; }
-case " $* " in
-*" --compare "* | *" -M "*)
-    grep -q 'mpi(us)' "$dir/out.0" || { echo "--compare mpi printed no mpi(us) column" >&2; status=1; }
-    ;;
-esac
+# --compare mpi: the columns by their header names, per row numbers where MPI has the dtype and
+# N/A where it has not (half, bfloat16), and the summary lines.
+if [ $compare = 1 ] && ! grep -q '^# --compare mpi ignored' "$dir/out.0"; then
+    cmp_err=$(awk '
+        /^#[ ]+size[ ]+count/ {
+            for (k = 2; k <= NF; k++) col[$k] = k - 1 # rows have no leading "#"
+            if (!("mpi(us)" in col) || !("mpibusbw" in col) || !("ratio" in col)) {
+                print "header has no mpi(us) mpibusbw ratio columns: " $0
+                exit
+            }
+            next
+        }
+        !/^#/ && $1 ~ /^[0-9]+$/ && NF >= 13 {
+            if (!("mpi(us)" in col)) { print "a row before the header"; exit }
+            t = $(col["mpi(us)"]); b = $(col["mpibusbw"]); r = $(col["ratio"])
+            none = $3 == "half" || $3 == "bfloat16"
+            num = t ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && r ~ /^[0-9.]+$/
+            if (none && (t != "N/A" || b != "N/A" || r != "N/A"))
+                print "MPI numbers for " $3 " (no MPI datatype): " $0
+            else if (!none && !num)
+                print "no MPI numbers: " $0
+        }' "$dir/out.0")
+    [ -z "$cmp_err" ] || { printf -- '--compare mpi: %s\n' "$cmp_err" >&2; status=1; }
+    grep -q '^# Avg MPI bus bandwidth: ' "$dir/out.0" || grep -q '^# MPI/Chorus time ratio: no row' \
+        "$dir/out.0" || { echo "--compare mpi printed no '# Avg MPI bus bandwidth' line" >&2; status=1; }
+    grep -q '^# MPI/Chorus time ratio: ' "$dir/out.0" ||
+        { echo "--compare mpi printed no '# MPI/Chorus time ratio' line" >&2; status=1; }
+fi
+if [ -n "$json_rows" ]; then
+    check=(python3 "$(dirname "$0")/perftests_json_check.py" "$json" --rows "$json_rows"
+        --table "$dir/out.0" --nranks "$n")
+    if [ $compare = 1 ] && ! grep -q '^# --compare mpi ignored' "$dir/out.0"; then
+        check+=(--compare)
+    fi
+    [ -z "${CHORUS_PERF_JSON_ENV:-}" ] || check+=(--env "$CHORUS_PERF_JSON_ENV")
+    echo "+ ${check[*]}"
+    "${check[@]}" || status=1
+fi
 [ $status -eq 0 ] && echo "PASS: $rows rows" || echo "FAIL" >&2
 exit $status

@@ -1,0 +1,446 @@
+/*
+ * report.c: the output of a *_perf run (see report.h).
+ *
+ * The table is nccl-tests': size count type redop root | time algbw busbw #wrong (out of place)
+ * | the same in place, then this driver's extra columns, each a single-word header so a script
+ * can find it by name: with --compare mpi, MPI's out-of-place time and busbw and the ratio
+ * mpi / chorus (> 1: Chorus faster); with a tuning_name, the tuner's algo and the model's pred.
+ * The summary keeps nccl-tests' two lines and, with --compare mpi, adds the MPI busbw average and
+ * the geometric mean, minimum and maximum of the ratio with the rows where Chorus was slower.
+ *
+ * The -J file is one JSON object per run, written as rows come so a long sweep leaves its rows
+ * behind: run description first, then "rows", then "summary". Numbers that are not finite are
+ * written as null, so the file always parses. Timings are reported, never judged.
+ */
+#define _GNU_SOURCE
+#include "report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "data.h"
+
+extern char **environ;
+
+/* JSON ----------------------------------------------------------------------------------------- */
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped; bytes above 127 escaped as
+ * the code point of the same value, so any input gives valid JSON. NULL: null. */
+static void json_str(FILE *f, const char *s)
+{
+    if (s == NULL) {
+        fputs("null", f);
+        return;
+    }
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\') {
+            fputc('\\', f);
+            fputc(*p, f);
+        } else if (*p < 0x20 || *p >= 0x7f) {
+            fprintf(f, "\\u%04x", *p);
+        } else {
+            fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static void json_num(FILE *f, double v)
+{
+    if (isfinite(v)) {
+        fprintf(f, "%.9g", v);
+    } else {
+        fputs("null", f);
+    }
+}
+
+static void json_result(FILE *f, const perf_result_t *res, int with_wrong)
+{
+    fputs("{\"time_us\": ", f);
+    json_num(f, res->sec * 1e6);
+    fputs(", \"algbw\": ", f);
+    json_num(f, res->algbw);
+    fputs(", \"busbw\": ", f);
+    json_num(f, res->busbw);
+    if (with_wrong && res->wrong >= 0) {
+        fprintf(f, ", \"wrong\": %lld", res->wrong);
+    } else if (with_wrong) {
+        fputs(", \"wrong\": null", f);
+    }
+}
+
+static void json_time_now(FILE *f)
+{
+    char buf[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S%z", localtime_r(&now, &tm));
+    json_str(f, buf);
+}
+
+/* Environment ---------------------------------------------------------------------------------- */
+
+int perf_env_recorded(const char *name_value)
+{
+    static const char *const prefixes[] = {"CHORUS_",       "MALLOC_",          "GLIBC_TUNABLES=",
+                                           "LD_PRELOAD=",   "OMP_NUM_THREADS=", "UCX_",
+                                           "OMPI_MCA_btl",  "OMPI_MCA_pml",     "OMPI_MCA_mtl",
+                                           "OMPI_MCA_coll", "OMPI_MCA_osc"};
+    if (strncmp(name_value, "CHORUS_PERF_", 12) == 0) {
+        return 0; /* the test driver's (tests/perftests_run.sh), not the library's */
+    }
+    for (size_t k = 0; k < sizeof(prefixes) / sizeof(prefixes[0]); k++) {
+        if (strncmp(name_value, prefixes[k], strlen(prefixes[k])) == 0) {
+            return strchr(name_value, '=') != NULL;
+        }
+    }
+    return 0;
+}
+
+static void json_environment(FILE *f)
+{
+    const char *mmap_max = getenv("MALLOC_MMAP_MAX_");
+    int first = 1;
+    fputs("  \"environment\": {", f);
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        const char *eq = strchr(*e, '=');
+        char name[256];
+        if (!perf_env_recorded(*e) || (size_t)(eq - *e) >= sizeof(name)) {
+            continue;
+        }
+        memcpy(name, *e, (size_t)(eq - *e));
+        name[eq - *e] = '\0';
+        fputs(first ? "" : ", ", f);
+        json_str(f, name);
+        fputs(": ", f);
+        json_str(f, eq + 1);
+        first = 0;
+    }
+    fputs("},\n  \"malloc_mmap_max\": ", f);
+    json_str(f, mmap_max);
+    fputs(",\n", f);
+}
+
+void perf_report_print_env(const perf_report_t *r)
+{
+    int any = 0;
+    for (char **e = environ; r->rank == 0 && e != NULL && *e != NULL; e++) {
+        if (perf_env_recorded(*e)) {
+            printf("%s %s", any ? "" : "# Environment:", *e);
+            any = 1;
+        }
+    }
+    if (any) {
+        printf("\n");
+    }
+}
+
+/* The run's description ------------------------------------------------------------------------ */
+
+static void json_names(FILE *f, const int *values, int n, const char *(*name)(int value))
+{
+    fputc('[', f);
+    for (int k = 0; k < n; k++) {
+        fputs(k ? ", " : "", f);
+        json_str(f, name(values[k]));
+    }
+    fputc(']', f);
+}
+
+static const char *perf_type_name_int(int v)
+{
+    return perf_type_name((chorusDataType_t)v);
+}
+
+static const char *perf_op_name_int(int v)
+{
+    return perf_op_name((chorusRedOp_t)v);
+}
+
+static void json_flags(FILE *f, const perf_report_t *r)
+{
+    const perf_opts_t *o = r->o;
+    fprintf(f,
+            "  \"flags\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepbytes\": %zu, "
+            "\"stepfactor\": %zu, \"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, "
+            "\"check\": %d, \"blocking\": %d, \"stream_null\": %d, \"average\": %d, "
+            "\"report_cputime\": %d, \"root\": %d, \"local_register\": %d, \"compare\": %s, "
+            "\"datatypes\": ",
+            o->minbytes, o->maxbytes, o->stepbytes, o->stepfactor, o->iters, o->warmup,
+            o->agg_iters, o->check, o->blocking, o->stream_null, o->average, o->cputime, o->root,
+            o->register_bufs, o->compare_mpi ? "\"mpi\"" : "null");
+    json_names(f, o->types, o->ntypes, perf_type_name_int);
+    fputs(", \"ops\": ", f);
+    json_names(f, o->ops, r->coll->reduces ? o->nops : 0, perf_op_name_int);
+    fputs("},\n", f);
+}
+
+int perf_report_open(perf_report_t *r, int argc, char **argv)
+{
+    char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    char program[64];
+    int version = 0, len = 0;
+    FILE *f;
+
+    r->min_ratio = INFINITY;
+    r->max_ratio = -INFINITY;
+    if (r->rank != 0 || r->o->json_path == NULL) {
+        return 0;
+    }
+    f = fopen(r->o->json_path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "%s: rank 0: cannot write -J %s: %m\n", r->host, r->o->json_path);
+        return -1;
+    }
+    chorusGetVersion(&version);
+    MPI_Get_library_version(mpi_version, &len);
+    mpi_version[strcspn(mpi_version, "\n")] = '\0';
+    snprintf(program, sizeof(program), "%s_perf", r->coll->name);
+
+    fputs("{\n  \"program\": ", f);
+    json_str(f, program);
+    fprintf(f, ",\n  \"chorus_version\": \"%d.%d.%d\",\n  \"mpi_library\": ", version / 10000,
+            version / 100 % 100, version % 100);
+    json_str(f, mpi_version);
+    fprintf(f, ",\n  \"init\": \"%s\",\n  \"nranks\": %d,\n  \"host\": ", r->init_name, r->nranks);
+    json_str(f, r->host);
+    fprintf(f, ",\n  \"cores\": %ld,\n  \"start_time\": ", sysconf(_SC_NPROCESSORS_ONLN));
+    json_time_now(f);
+    fputs(",\n  \"args\": [", f);
+    for (int k = 0; k < argc; k++) {
+        fputs(k ? ", " : "", f);
+        json_str(f, argv[k]);
+    }
+    fputs("],\n", f);
+    json_flags(f, r);
+    json_environment(f);
+    fputs("  \"rows\": [", f);
+    r->json = f;
+    return 0;
+}
+
+/* The table ------------------------------------------------------------------------------------ */
+
+#define REPORT_PRINT(r, ...)                                                                       \
+    do {                                                                                           \
+        if ((r)->rank == 0) {                                                                      \
+            printf(__VA_ARGS__);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+/* nccl-tests' time format: 7 wide, fewer decimals as it grows. */
+static void perf_format_time(char *buf, size_t len, double usec)
+{
+    if (usec >= 10000.0) {
+        snprintf(buf, len, "%7.0f", usec);
+    } else if (usec >= 100.0) {
+        snprintf(buf, len, "%7.1f", usec);
+    } else {
+        snprintf(buf, len, "%7.2f", usec);
+    }
+}
+
+void perf_report_header(const perf_report_t *r)
+{
+    const char *t = r->o->cputime ? "cputime" : "time";
+    int compare = r->o->compare_mpi, tuning = r->coll->tuning_name != NULL;
+    REPORT_PRINT(r,
+                 "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
+                 "in-place          %s\n",
+                 "", "", "", "", "", compare ? "  mpi out-of-place" : "");
+    REPORT_PRINT(r, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size",
+                 "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw",
+                 "busbw", "#wrong");
+    if (compare) {
+        REPORT_PRINT(r, "  %7s  %8s  %6s", "mpi(us)", "mpibusbw", "ratio");
+    }
+    if (tuning) {
+        REPORT_PRINT(r, "  %5s  %8s", "algo", "pred");
+    }
+    REPORT_PRINT(r, "\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
+                 "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                 "(GB/s)", "");
+    if (compare) {
+        REPORT_PRINT(r, "  %7s  %8s  %6s", "(us)", "(GB/s)", "");
+    }
+    if (tuning) {
+        REPORT_PRINT(r, "  %5s  %8s", "", "(us)");
+    }
+    REPORT_PRINT(r, "\n");
+}
+
+static void perf_print_result(const perf_report_t *r, const perf_result_t *res)
+{
+    char tstr[32], wstr[32] = "N/A";
+    perf_format_time(tstr, sizeof(tstr), res->sec * 1e6);
+    if (res->wrong >= 0) {
+        snprintf(wstr, sizeof(wstr), "%lld", res->wrong);
+    }
+    REPORT_PRINT(r, "  %7s  %6.2f  %6.2f  %5s", tstr, res->algbw, res->busbw, wstr);
+}
+
+/* mpi / chorus out-of-place time, 0 when either is not positive. */
+static double perf_row_ratio(const perf_row_t *row)
+{
+    return row->has_mpi && row->oop.sec > 0 && row->mpi.sec > 0 ? row->mpi.sec / row->oop.sec : 0;
+}
+
+static void perf_json_row(perf_report_t *r, const perf_row_t *row, double ratio)
+{
+    FILE *f = r->json;
+    fprintf(f, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": ", r->rows ? "," : "",
+            row->nbytes, row->count);
+    json_str(f, perf_type_name(row->dtype));
+    fputs(", \"redop\": ", f);
+    json_str(f, r->coll->reduces ? perf_op_name(row->op) : "none");
+    fprintf(f, ", \"root\": %d,\n     \"out_of_place\": ", row->root);
+    json_result(f, &row->oop, 1);
+    fputs("},\n     \"in_place\": ", f);
+    if (r->coll->no_inplace) {
+        fputs("null", f);
+    } else {
+        json_result(f, &row->ip, 1);
+        fputc('}', f);
+    }
+    fputs(",\n     \"mpi\": ", f);
+    if (row->has_mpi) {
+        json_result(f, &row->mpi, 0);
+        fputs(", \"ratio\": ", f);
+        json_num(f, ratio > 0 ? ratio : NAN);
+        fputc('}', f);
+    } else {
+        fputs("null", f);
+    }
+    fputs(", \"algo\": ", f);
+    json_str(f, row->algo);
+    fputs(", \"pred_us\": ", f);
+    json_num(f, row->algo != NULL ? row->pred_us : NAN);
+    fputc('}', f);
+}
+
+void perf_report_row(perf_report_t *r, const perf_row_t *row)
+{
+    double ratio = perf_row_ratio(row);
+
+    REPORT_PRINT(r, "%12zu  %12zu  %8s  %6s  %6i", row->nbytes, row->count,
+                 perf_type_name(row->dtype), r->coll->reduces ? perf_op_name(row->op) : "none",
+                 row->root);
+    perf_print_result(r, &row->oop);
+    r->bw_sum += row->oop.busbw;
+    r->bw_count++;
+    if (r->coll->no_inplace) {
+        REPORT_PRINT(r, "  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+    } else {
+        perf_print_result(r, &row->ip);
+        r->bw_sum += row->ip.busbw;
+        r->bw_count++;
+    }
+    if (r->o->compare_mpi && row->has_mpi) {
+        char tstr[32];
+        perf_format_time(tstr, sizeof(tstr), row->mpi.sec * 1e6);
+        REPORT_PRINT(r, "  %7s  %8.2f  %6.2f", tstr, row->mpi.busbw, ratio);
+    } else if (r->o->compare_mpi) {
+        REPORT_PRINT(r, "  %7s  %8s  %6s", "N/A", "N/A", "N/A");
+    }
+    if (row->algo != NULL) {
+        char tstr[32];
+        perf_format_time(tstr, sizeof(tstr), row->pred_us);
+        REPORT_PRINT(r, "  %5s  %8s", row->algo, tstr);
+    }
+    REPORT_PRINT(r, "\n");
+
+    if (ratio > 0) {
+        char desc[64];
+        snprintf(desc, sizeof(desc), "%zu B %s", row->nbytes, perf_type_name(row->dtype));
+        if (r->coll->reduces) {
+            snprintf(desc + strlen(desc), sizeof(desc) - strlen(desc), " %s",
+                     perf_op_name(row->op));
+        }
+        if (r->coll->rooted) {
+            snprintf(desc + strlen(desc), sizeof(desc) - strlen(desc), " root %d", row->root);
+        }
+        r->mpi_rows++;
+        r->mpi_slower += ratio < 1.0;
+        r->log_ratio_sum += log(ratio);
+        r->mpi_bw_sum += row->mpi.busbw;
+        if (ratio < r->min_ratio) {
+            r->min_ratio = ratio;
+            snprintf(r->min_row, sizeof(r->min_row), "%s", desc);
+        }
+        if (ratio > r->max_ratio) {
+            r->max_ratio = ratio;
+            snprintf(r->max_row, sizeof(r->max_row), "%s", desc);
+        }
+    }
+    if (r->json != NULL) {
+        perf_json_row(r, row, ratio);
+    }
+    r->rows++;
+}
+
+/* The summary ---------------------------------------------------------------------------------- */
+
+int perf_report_finish(perf_report_t *r, long long errors)
+{
+    double avg_bw = r->bw_count ? r->bw_sum / (double)r->bw_count : 0.0;
+    double mpi_bw = r->mpi_rows ? r->mpi_bw_sum / (double)r->mpi_rows : 0.0;
+    double geomean = r->mpi_rows ? exp(r->log_ratio_sum / (double)r->mpi_rows) : 0.0;
+    FILE *f = r->json;
+
+    REPORT_PRINT(r, "# Out of bounds values : %lld %s\n", errors, errors ? "FAILED" : "OK");
+    REPORT_PRINT(r, "# Avg bus bandwidth    : %g \n", avg_bw);
+    if (r->o->compare_mpi && r->mpi_rows > 0) {
+        REPORT_PRINT(r, "# Avg MPI bus bandwidth: %g \n", mpi_bw);
+        REPORT_PRINT(r,
+                     "# MPI/Chorus time ratio: geomean %.3f, min %.3f (%s), max %.3f (%s); "
+                     "Chorus slower in %ld of %ld rows\n",
+                     geomean, r->min_ratio, r->min_row, r->max_ratio, r->max_row, r->mpi_slower,
+                     r->mpi_rows);
+    } else if (r->o->compare_mpi) {
+        REPORT_PRINT(r, "# MPI/Chorus time ratio: no row has an MPI time (half and bfloat16 have "
+                        "no MPI datatype)\n");
+    }
+    REPORT_PRINT(r, "#\n");
+    if (f == NULL) {
+        return 0;
+    }
+    fprintf(f, "\n  ],\n  \"summary\": {\"rows\": %ld, \"out_of_bounds\": %lld, \"avg_busbw\": ",
+            r->rows, errors);
+    json_num(f, avg_bw);
+    fputs(", \"mpi\": ", f);
+    if (r->o->compare_mpi && r->mpi_rows > 0) {
+        fprintf(f, "{\"rows\": %ld, \"slower_rows\": %ld, \"avg_busbw\": ", r->mpi_rows,
+                r->mpi_slower);
+        json_num(f, mpi_bw);
+        fputs(", \"geomean_ratio\": ", f);
+        json_num(f, geomean);
+        fputs(", \"min_ratio\": ", f);
+        json_num(f, r->min_ratio);
+        fputs(", \"min_row\": ", f);
+        json_str(f, r->min_row);
+        fputs(", \"max_ratio\": ", f);
+        json_num(f, r->max_ratio);
+        fputs(", \"max_row\": ", f);
+        json_str(f, r->max_row);
+        fputc('}', f);
+    } else {
+        fputs("null", f);
+    }
+    fputs("},\n  \"end_time\": ", f);
+    json_time_now(f);
+    fputs("\n}\n", f);
+    int failed = ferror(f);
+    r->json = NULL;
+    failed |= fclose(f);
+    if (failed) {
+        fprintf(stderr, "%s: rank 0: writing -J %s failed: %m\n", r->host, r->o->json_path);
+        return -1;
+    }
+    return 0;
+}
