@@ -84,7 +84,8 @@ chorusResult_t tree_reduce_program(const channel_work_t *w);
 #define DIRECT_HDR_NBYTES 4096
 #define DIRECT_MAX_RANKS 256
 typedef struct direct_hdr {
-    fifo_flag_t ready; /* the rank's input of piece s is in its buffer */
+    fifo_flag_t ready[2]; /* [s % 2]: the rank's input of piece s is in its buffer (or, up to 48
+                           * bytes, in the flag's payload) */
     fifo_flag_t reduced; /* two-shot: its part of piece s is reduced, in its buffer */
     fifo_flag_t done; /* it has read everything it reads of piece s */
 } direct_hdr_t;
@@ -94,6 +95,7 @@ typedef struct direct_view {
     char *const *base; /* [nranks] */
     size_t buf_nbytes;
     uint64_t *seq; /* pieces run so far on the communicator (advanced by the program) */
+    uint64_t *done_seen; /* [nranks]: each rank's done flag as this rank last read it */
 } direct_view_t;
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,

@@ -27,6 +27,12 @@ static struct {
     int aborted;
 } gone[GONE_MAX];
 static int gone_next;
+/* Bumped whenever a handle leaves the live set: a thread's last "live" answer for a handle
+ * stands until then (the check every call makes takes no lock). */
+static uint64_t registry_gen;
+static __thread const void *checked_comm;
+static __thread uint64_t checked_gen;
+
 
 chorusResult_t comm_register(chorusComm_t comm)
 {
@@ -56,6 +62,7 @@ void comm_unregister(chorusComm_t comm, int aborted)
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < nlive; i++)
         if (live[i] == comm) {
+            __atomic_add_fetch(&registry_gen, 1, __ATOMIC_ACQ_REL);
             live[i] = live[--nlive];
             gone[gone_next].ptr = comm;
             gone[gone_next].aborted = aborted;
@@ -73,6 +80,9 @@ void comm_unregister(chorusComm_t comm, int aborted)
 /* 1: live; 2: aborted; 3: destroyed; 0: never a communicator (as far as memory goes). */
 static int comm_state(const void *comm)
 {
+    uint64_t gen = __atomic_load_n(&registry_gen, __ATOMIC_ACQUIRE);
+    if (comm == checked_comm && gen == checked_gen && comm != NULL)
+        return 1;
     int state = 0;
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < nlive && state == 0; i++)
@@ -82,6 +92,10 @@ static int comm_state(const void *comm)
         if (gone[i].ptr == comm)
             state = gone[i].aborted ? 2 : 3;
     pthread_mutex_unlock(&registry_lock);
+    if (state == 1) {
+        checked_comm = comm;
+        checked_gen = gen;
+    }
     return state;
 }
 
@@ -172,26 +186,30 @@ void comm_failure_text(chorusComm_t comm, char *buf, size_t len)
     pthread_mutex_unlock(&comm->state_lock);
 }
 
+/* queued is atomic: the blocking path of every call takes no lock for it; a thread that waits
+ * for it to drain says so (idle_waiters), and only then does the last finisher lock to wake it. */
 void comm_op_started(chorusComm_t comm)
 {
-    pthread_mutex_lock(&comm->state_lock);
-    comm->queued++;
-    pthread_mutex_unlock(&comm->state_lock);
+    __atomic_add_fetch(&comm->queued, 1, __ATOMIC_SEQ_CST);
 }
 
 void comm_op_finished(chorusComm_t comm, chorusResult_t res)
 {
-    pthread_mutex_lock(&comm->state_lock);
     if (res != chorusSuccess) {
+        pthread_mutex_lock(&comm->state_lock);
         /* The FIFOs are mid-message: the communicator cannot be used again. */
         if (comm->async_error == chorusSuccess)
             comm->async_error = res;
         snprintf(comm->last_error, sizeof(comm->last_error), "%s", debug_last_error());
         __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&comm->state_lock);
     }
-    if (--comm->queued == 0)
+    if (__atomic_sub_fetch(&comm->queued, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&comm->idle_waiters, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&comm->state_lock);
         pthread_cond_broadcast(&comm->state_cv);
-    pthread_mutex_unlock(&comm->state_lock);
+        pthread_mutex_unlock(&comm->state_lock);
+    }
 }
 
 chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms)
@@ -201,12 +219,14 @@ chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms)
     ts.tv_sec += timeout_ms / 1000 + 1;
     chorusResult_t res = chorusSuccess;
     pthread_mutex_lock(&comm->state_lock);
-    while (comm->queued > 0 && res == chorusSuccess)
+    __atomic_add_fetch(&comm->idle_waiters, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST) > 0 && res == chorusSuccess)
         if (pthread_cond_timedwait(&comm->state_cv, &comm->state_lock, &ts) != 0 &&
-            comm->queued > 0)
+            __atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST) > 0)
             res = ERR(chorusTimeout, SUB_INIT,
                       "%d operation(s) of the communicator did not finish within %lld ms",
-                      comm->queued, (long long)timeout_ms);
+                      __atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST), (long long)timeout_ms);
+    __atomic_sub_fetch(&comm->idle_waiters, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&comm->state_lock);
     return res;
 }

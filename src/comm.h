@@ -76,6 +76,7 @@ struct chorusComm {
     char **win_base; /* [nranks]: direct windows, mapped on first use (window.c); else NULL */
     size_t win_map_nbytes;
     uint64_t win_seq; /* direct pieces run so far */
+    uint64_t *win_done_seen; /* [nranks]: done flags as last read (direct.c) */
     direct_view_t win_view;
     channel_t channels[MAX_CHANNELS];
     comm_conn_t *p2p_send; /* [nranks], built on first use */
@@ -93,8 +94,9 @@ struct chorusComm {
     uint64_t p2p_calls; /* point-to-point batches run, for error messages */
     int in_op; /* an operation is running */
     uint32_t status_queries; /* status exchanges this rank started */
-    int queued; /* operations issued and not yet finished (streams included) */
-    pthread_mutex_t state_lock; /* guards queued, async_error, last_error */
+    int queued; /* operations issued and not yet finished (streams included); atomic */
+    int idle_waiters; /* threads in comm_wait_idle; atomic */
+    pthread_mutex_t state_lock; /* guards async_error, last_error; queued's waiters */
     pthread_cond_t state_cv;
     char last_error[1024];
 };

@@ -405,6 +405,7 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     int np2p = 0;
     char what[96] = "";
     uint64_t seq = 0;
+    int last = -1; /* the collective that ran last (its name is formatted only on failure) */
     int ran = 0; /* res is the result of running an operation (not of refusing one) */
     memset(&comm->op_fail, 0, sizeof(comm->op_fail));
     __atomic_store_n(&comm->in_op, 1, __ATOMIC_RELEASE);
@@ -430,8 +431,7 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
         } else if (ops[i].args.count > 0) {
             /* Every rank numbers its collectives alike: the number names the stuck one. */
             seq = __atomic_add_fetch(&comm->coll_entered, 1, __ATOMIC_ACQ_REL);
-            snprintf(what, sizeof(what), "%s #%llu", coll_name(ops[i].args.kind),
-                     (unsigned long long)seq);
+            last = i;
             res = run_coll(comm, &ops[i].args);
             ran = 1;
             if (res == chorusSuccess)
@@ -448,8 +448,12 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     }
     transport_ops_end(&comm->tc);
     /* Turn what the waits saw into the error every rank reports, and tell the others. */
-    if (res != chorusSuccess && ran)
+    if (res != chorusSuccess && ran) {
+        if (seq != 0 && last >= 0)
+            snprintf(what, sizeof(what), "%s #%llu", coll_name(ops[last].args.kind),
+                     (unsigned long long)seq);
         res = health_explain(comm, what, seq, res);
+    }
     __atomic_store_n(&comm->in_op, 0, __ATOMIC_RELEASE);
     free(p2p);
     pthread_mutex_unlock(&comm->exec_lock);

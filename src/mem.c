@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm.h"
 #include "debug.h"
@@ -27,7 +28,11 @@ int mem_is_device(const void *ptr)
 {
     cu_pointer_get_attribute_t fn = __atomic_load_n(&cu_get_attr, __ATOMIC_ACQUIRE);
     if (fn == NULL) {
-        int64_t now = fifo_now_ns();
+        /* The coarse clock: every call asks (twice), and the precise one costs a VM exit on
+         * some hypervisors; a probe every 100 ms needs no precision. */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
         if (now < __atomic_load_n(&next_probe_ns, __ATOMIC_RELAXED))
             return 0;
         __atomic_store_n(&next_probe_ns, now + 100000000, __ATOMIC_RELAXED);

@@ -35,6 +35,8 @@ static void unmap_all(chorusComm_t comm)
             munmap(comm->win_base[r], comm->win_map_nbytes);
     free(comm->win_base);
     comm->win_base = NULL;
+    free(comm->win_done_seen);
+    comm->win_done_seen = NULL;
 }
 
 /* Every rank's yes or no: 1 when all said yes (a collective over the bootstrap). */
@@ -131,7 +133,13 @@ out:
         disable(comm, why);
         return chorusSuccess;
     }
-    comm->win_view = (direct_view_t){n, me, comm->win_base, bufsz, &comm->win_seq};
+    comm->win_done_seen = calloc((size_t)n, sizeof(uint64_t));
+    if (comm->win_done_seen == NULL) {
+        unmap_all(comm);
+        return ERR(chorusSystemError, SUB_INIT, "out of memory");
+    }
+    comm->win_view =
+        (direct_view_t){n, me, comm->win_base, bufsz, &comm->win_seq, comm->win_done_seen};
     INFO(SUB_INIT, "direct windows: %d ranks x 2 buffers of %zu bytes", n, bufsz);
     return chorusSuccess;
 }
