@@ -36,6 +36,11 @@
  *   b_net = min(link / C, net_sock_beta), link = net_gbps * 125 bytes/us: the channels share
  *           the link, each at most what one socket carries
  *
+ * Direct algorithms (one host, node-local windows, one thread): T = call_us + pieces x rounds x
+ * round + passes / b_shm, with a round of flags direct_round_us (a_shm when oversubscribed), a
+ * piece per window buffer (CHORUS_DIRECT_BUFFSIZE), one round per piece (two for two-shot), and
+ * the passes of direct.c's schedules (two-shot's fitted against the ring; see tune_predict).
+ *
  * tune_pick: among the allowed algorithms that serve the collective, the lowest T, ring on a tie.
  * Channels per algorithm: C0 = min(max_channels, max(1, call bytes / 256 KiB)) (call bytes: the
  * buffer, nbytes x n for allgather and reducescatter; rooted trees: 1), or fewer where the model
@@ -141,6 +146,8 @@ typedef struct tune_consts {
      * rank publishing and reading the others' (scaled like a_shm when oversubscribed) */
     double direct_round_us;
     double direct_nbytes; /* window buffer when the topology gives none */
+    double direct_twoshot_eff; /* fit: two-shot's passes, as a fraction of the ring's */
+    double direct_dram_penalty; /* fit: direct passes once the host's buffers outgrow the LLC */
 } tune_consts_t;
 
 static const tune_consts_t tune_k = {
@@ -160,6 +167,8 @@ static const tune_consts_t tune_k = {
     .channel_nbytes = 256.0 * 1024,
     .direct_round_us = 0.6,
     .direct_nbytes = 1024.0 * 1024,
+    .direct_twoshot_eff = 0.7,
+    .direct_dram_penalty = 3.5,
 };
 
 /* ---- Parsers ---------------------------------------------------------------------------- */
@@ -477,8 +486,15 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
         double per = gather ? nb * n : nb, rounds = 1.0, dpasses;
         switch (kind) {
         case COLL_ALLREDUCE:
+            /* Two-shot measured on this VM (2 ranks; 4 ranks on 2 cores): 0.55-0.75x the ring's
+             * time at 256 KiB-2 MiB, where the windows stay in cache, and 2-3.5x it from 16 MiB
+             * (a flag round per 1 MiB piece, every piece through DRAM): priced as 0.7 of the
+             * ring's passes in cache and 3.5x in DRAM. One-shot reads all n inputs. */
             rounds = algo == ALGO_TWOSHOT ? 2.0 : 1.0;
-            dpasses = algo == ALGO_TWOSHOT ? (3.0 * n - 1) / n * nb : (double)n * nb;
+            dpasses = algo == ALGO_TWOSHOT ? k->direct_twoshot_eff * (2.0 * n - 1) / n * nb
+                                           : (double)n * nb;
+            if (host_buffers * 2 > k->shm_llc_nbytes) /* the windows' copies too */
+                dpasses *= k->direct_dram_penalty;
             break;
         case COLL_BROADCAST:
             dpasses = 2.0 * nb;
