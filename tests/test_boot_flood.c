@@ -567,18 +567,9 @@ int main(int argc, char **argv)
     printf("test_boot_flood %s\n", mode);
     signal(SIGPIPE, SIG_IGN);
 
-    snprintf(logdir, sizeof(logdir), "%s/boot_flood.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(logdir) == NULL) {
-        perror("mkdtemp");
+    if (harness_mkdtemp(logdir, sizeof(logdir), "boot_flood") != 0 ||
+        (sh = harness_shared(sizeof(*sh))) == NULL)
         return 1;
-    }
-    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (sh == MAP_FAILED) {
-        perror("mmap");
-        return 1;
-    }
-    memset(sh, 0, sizeof(*sh));
 
     /* Fork before any thread exists (chorusGetUniqueId starts the root's). */
     pid_t pids[NRANKS + 1];

@@ -81,21 +81,6 @@ static void sleep_ms(double ms)
     nanosleep(&ts, NULL);
 }
 
-/* Entries of a directory (without . and ..), less minus_self (the DIR's own fd under /proc). */
-static int count_dir(const char *path, int minus_self)
-{
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - minus_self;
-}
-
 /* /dev/shm entries named chorus-<pid>-* (any pid when pid is 0). */
 static int count_shm_of(long pid)
 {
@@ -138,10 +123,10 @@ static usage_t usage_now(int want_threads)
 {
     double deadline = harness_now_s() + 5;
     usage_t u;
-    while ((u.threads = count_dir("/proc/self/task", 0)) > want_threads &&
+    while ((u.threads = harness_count_dir("/proc/self/task", 0)) > want_threads &&
            harness_now_s() < deadline)
         sleep_ms(5);
-    u.fds = count_dir("/proc/self/fd", 1);
+    u.fds = harness_count_dir("/proc/self/fd", 1);
     u.shm = count_shm_of((long)getpid());
     u.rss_kb = vm_rss_kb();
     return u;
@@ -286,7 +271,7 @@ static int run_loop(int net, int n, int iters)
      * RSS to what the library holds. */
     mallopt(M_ARENA_MAX, 1);
     double t0 = harness_now_s();
-    int threads0 = count_dir("/proc/self/task", 0);
+    int threads0 = harness_count_dir("/proc/self/task", 0);
     for (int it = 0; it < LOOP_WARMUP; it++)
         if (loop_job(n, net, it) != 0)
             return harness_finish("loop could not start a job");

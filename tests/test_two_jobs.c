@@ -154,18 +154,9 @@ int main(int argc, char **argv)
     net = strcmp(mode, "net") == 0;
     printf("test_two_jobs %s\n", mode);
     setenv("CHORUS_TIMEOUT_MS", "30000", 1);
-    snprintf(logdir, sizeof(logdir), "%s/two_jobs.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(logdir) == NULL) {
-        perror("mkdtemp");
+    if (harness_mkdtemp(logdir, sizeof(logdir), "two_jobs") != 0 ||
+        (sh = harness_shared(sizeof(*sh))) == NULL)
         return 1;
-    }
-    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (sh == MAP_FAILED) {
-        perror("mmap");
-        return 1;
-    }
-    memset(sh, 0, sizeof(*sh));
     /* Fork before any thread exists (chorusGetUniqueId starts the roots'). */
     pid_t pids[NJOBS * NRANKS];
     for (int i = 0; i < NJOBS * NRANKS; i++) {

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
+#include <sys/mman.h>
 
 long harness_failures;
 int harness_fail_limit = 20;
@@ -217,4 +219,40 @@ void harness_destroy_all(chorusComm_t *comms, int n)
 {
     for (int i = 0; i < n; i++)
         CHECK_OK(chorusCommDestroy(comms[i]));
+}
+
+int harness_count_dir(const char *path, int minus_self)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - minus_self;
+}
+
+int harness_mkdtemp(char *buf, size_t len, const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, len, "%s/%s.XXXXXX", tmp && tmp[0] ? tmp : "/tmp", name);
+    if (mkdtemp(buf) == NULL) {
+        perror("mkdtemp");
+        return -1;
+    }
+    return 0;
+}
+
+void *harness_shared(size_t nbytes)
+{
+    void *p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        return NULL;
+    }
+    memset(p, 0, nbytes);
+    return p;
 }

@@ -52,6 +52,13 @@ int harness_finish(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Seconds on CLOCK_MONOTONIC. */
 double harness_now_s(void);
+/* Entries of a directory (without . and ..), less minus_self (a /proc/self/fd listing counts the
+ * DIR's own descriptor); -1 when it cannot be read. */
+int harness_count_dir(const char *path, int minus_self);
+/* A fresh directory $TMPDIR/<name>.XXXXXX (or under /tmp) into buf; 0, or -1 with perror. */
+int harness_mkdtemp(char *buf, size_t len, const char *name);
+/* nbytes of zeroed memory shared with the processes this one forks; NULL with perror. */
+void *harness_shared(size_t nbytes);
 
 /* Bytes of one element of t, written out here rather than asked of the library under test. */
 size_t harness_dtype_nbytes(chorusDataType_t t);
