@@ -340,24 +340,37 @@ static const codec16_t *bf16_codec(void)
  * dst needs no case of its own: restrict only forbids writing through one pointer what another
  * one reads.
  */
+/* On x86 each is built three times, for AVX-512, AVX2 and the baseline, and the loader picks the
+ * widest the CPU has (an ifunc). Every loop is element-wise, so the width changes how many
+ * elements one instruction takes, never a result bit. */
+#if HOST_HAVE_X86_PATHS && defined(__GNUC__) && !defined(__clang__)
+#define HOST_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define HOST_SIMD_CLONES
+#endif
+
+HOST_SIMD_CLONES
 static void reduce_distinct(void *restrict dst, const void *restrict a, const void *restrict b,
                             size_t count, chorusDataType_t dtype, chorusRedOp_t op)
 {
     REDUCE_NATIVE(a, b);
 }
 
+HOST_SIMD_CLONES
 static void reduce_into_a(void *restrict dst, const void *restrict b, size_t count,
                           chorusDataType_t dtype, chorusRedOp_t op)
 {
     REDUCE_NATIVE(dst, b);
 }
 
+HOST_SIMD_CLONES
 static void reduce_into_b(void *restrict dst, const void *restrict a, size_t count,
                           chorusDataType_t dtype, chorusRedOp_t op)
 {
     REDUCE_NATIVE(a, dst);
 }
 
+HOST_SIMD_CLONES
 static void reduce_self(void *dst, size_t count, chorusDataType_t dtype, chorusRedOp_t op)
 {
     REDUCE_NATIVE(dst, dst);
