@@ -33,7 +33,6 @@ static uint64_t registry_gen;
 static __thread const void *checked_comm;
 static __thread uint64_t checked_gen;
 
-
 chorusResult_t comm_register(chorusComm_t comm)
 {
     chorusResult_t res = chorusSuccess;
@@ -186,30 +185,41 @@ void comm_failure_text(chorusComm_t comm, char *buf, size_t len)
     pthread_mutex_unlock(&comm->state_lock);
 }
 
-/* queued is atomic: the blocking path of every call takes no lock for it; a thread that waits
- * for it to drain says so (idle_waiters), and only then does the last finisher lock to wake it. */
-void comm_op_started(chorusComm_t comm)
+/* Counting a call and checking its handle are one step under registry_lock, the lock
+ * chorusCommAbort unregisters under before it waits for the count to drain: a call is either
+ * counted (and waited for) or refused without touching the communicator. */
+chorusResult_t comm_op_started(chorusComm_t comm, const char *fn)
 {
-    __atomic_add_fetch(&comm->queued, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&registry_lock);
+    int is_live = 0;
+    for (int i = 0; i < nlive && !is_live; i++)
+        is_live = live[i] == comm;
+    if (is_live)
+        __atomic_add_fetch(&comm->queued, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&registry_lock);
+    if (is_live)
+        return chorusSuccess;
+    chorusResult_t res = comm_check(comm, fn); /* aborted meanwhile: chorusInvalidUsage */
+    return res != chorusSuccess
+               ? res
+               : ERR(chorusInvalidUsage, SUB_COLL, "%s: the communicator was aborted", fn);
 }
 
+/* The decrement and the wake-up are under state_lock, which a waiter in comm_wait_idle must
+ * take again before it can return and let the communicator be freed. */
 void comm_op_finished(chorusComm_t comm, chorusResult_t res)
 {
+    pthread_mutex_lock(&comm->state_lock);
     if (res != chorusSuccess) {
-        pthread_mutex_lock(&comm->state_lock);
         /* The FIFOs are mid-message: the communicator cannot be used again. */
         if (comm->async_error == chorusSuccess)
             comm->async_error = res;
         snprintf(comm->last_error, sizeof(comm->last_error), "%s", debug_last_error());
         __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
-        pthread_mutex_unlock(&comm->state_lock);
     }
-    if (__atomic_sub_fetch(&comm->queued, 1, __ATOMIC_SEQ_CST) == 0 &&
-        __atomic_load_n(&comm->idle_waiters, __ATOMIC_SEQ_CST) > 0) {
-        pthread_mutex_lock(&comm->state_lock);
+    if (__atomic_sub_fetch(&comm->queued, 1, __ATOMIC_SEQ_CST) == 0)
         pthread_cond_broadcast(&comm->state_cv);
-        pthread_mutex_unlock(&comm->state_lock);
-    }
+    pthread_mutex_unlock(&comm->state_lock);
 }
 
 chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms)
@@ -219,14 +229,12 @@ chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms)
     ts.tv_sec += timeout_ms / 1000 + 1;
     chorusResult_t res = chorusSuccess;
     pthread_mutex_lock(&comm->state_lock);
-    __atomic_add_fetch(&comm->idle_waiters, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST) > 0 && res == chorusSuccess)
         if (pthread_cond_timedwait(&comm->state_cv, &comm->state_lock, &ts) != 0 &&
             __atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST) > 0)
             res = ERR(chorusTimeout, SUB_INIT,
                       "%d operation(s) of the communicator did not finish within %lld ms",
                       __atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST), (long long)timeout_ms);
-    __atomic_sub_fetch(&comm->idle_waiters, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&comm->state_lock);
     return res;
 }
@@ -264,14 +272,16 @@ chorusResult_t chorusCommAbort(chorusComm_t comm)
     CHECK(comm_check(comm, "chorusCommAbort"));
     __atomic_store_n(&comm->user_abort, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+    /* Unregistered before the wait: from here every call on the handle is chorusInvalidUsage
+     * without touching it (comm_op_started), and the calls counted before are waited for. */
+    comm_unregister(comm, 1);
     /* Waits poll the flag at least every 20 ms (bootstrap waits every 50 ms); queued stream work
      * returns at its first wait. */
     chorusResult_t res = comm_wait_idle(comm, 900);
     if (res != chorusSuccess)
-        return comm_api_return(comm, res);
-    /* From here every call on the handle is chorusInvalidUsage; comm_free joins the service,
-     * proxy and executor threads and frees the rest (no drain once aborted). */
-    comm_unregister(comm, 1);
+        return res; /* a call still runs: leave comm allocated rather than free it under it */
+    /* comm_free joins the service, proxy and executor threads and frees the rest (no drain once
+     * aborted). */
     comm_free(comm);
     return chorusSuccess;
 }

@@ -94,9 +94,9 @@ struct chorusComm {
     uint64_t p2p_calls; /* point-to-point batches run, for error messages */
     int in_op; /* an operation is running */
     uint32_t status_queries; /* status exchanges this rank started */
-    int queued; /* operations issued and not yet finished (streams included); atomic */
-    int idle_waiters; /* threads in comm_wait_idle; atomic */
-    pthread_mutex_t state_lock; /* guards async_error, last_error; queued's waiters */
+    int queued; /* operations issued and not yet finished (streams included); atomic reads,
+                 * counted up under the registry lock, down under state_lock */
+    pthread_mutex_t state_lock; /* guards async_error, last_error, queued's decrement */
     pthread_cond_t state_cv;
     char last_error[1024];
 };
@@ -141,7 +141,8 @@ void comm_unregister(chorusComm_t comm, int aborted);
 chorusResult_t comm_check(chorusComm_t comm, const char *fn);
 /* Record this thread's last error into comm (so chorusGetLastError(comm) finds it). */
 chorusResult_t comm_api_return(chorusComm_t comm, chorusResult_t res);
-void comm_op_started(chorusComm_t comm);
+/* Count an operation on comm as running; chorusInvalidUsage once comm is aborted. */
+chorusResult_t comm_op_started(chorusComm_t comm, const char *fn);
 /* Why comm stopped: the first failure it learned of, else its last error (under state_lock). */
 void comm_failure_text(chorusComm_t comm, char *buf, size_t len);
 void comm_op_finished(chorusComm_t comm, chorusResult_t res);

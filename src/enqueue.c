@@ -50,7 +50,9 @@ static chorusResult_t check_op(const comm_op_t *op)
     const coll_args_t *a = &op->args;
     const char *fn = coll_name(a->kind);
     chorusComm_t comm = op->comm;
-    CHECK(comm_check(comm, fn));
+    /* issue() counted the call on a live handle (comm_op_started): no registry lookup again. */
+    debug_clear_error();
+    debug_set_rank(comm->rank);
     int rank = comm->rank, n = comm->nranks;
     if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
         chorusResult_t first = health_report_once(comm, fn, !is_p2p(a->kind) && a->count > 0);
@@ -462,16 +464,21 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
 
 static chorusResult_t issue(comm_op_t *op)
 {
-    CHECK(comm_api_return(op->comm, check_op(op)));
-    if (group_active())
-        return comm_api_return(op->comm, group_add(op));
-    if (op->stream != NULL)
-        return comm_api_return(op->comm, stream_enqueue(op->stream, op, 1));
-    comm_op_started(op->comm);
-    chorusResult_t res = comm_exec(op->comm, op, 1);
-    /* Records the error text in the communicator; after it, a concurrent chorusCommAbort may
-     * free the communicator, so it is not touched again. */
-    comm_op_finished(op->comm, res);
+    /* Counted before anything reads the communicator: a concurrent chorusCommAbort either
+     * refuses this call here or waits for it before freeing the communicator. */
+    CHECK(comm_op_started(op->comm, coll_name(op->args.kind)));
+    chorusResult_t res = check_op(op);
+    if (res == chorusSuccess && !group_active() && op->stream == NULL) {
+        res = comm_exec(op->comm, op, 1);
+        /* Records the error text in the communicator; after it, a concurrent chorusCommAbort
+         * may free the communicator, so it is not touched again. */
+        comm_op_finished(op->comm, res);
+        return res;
+    }
+    if (res == chorusSuccess) /* a group or a stream counts the operation again when it runs */
+        res = group_active() ? group_add(op) : stream_enqueue(op->stream, op, 1);
+    res = comm_api_return(op->comm, res);
+    comm_op_finished(op->comm, chorusSuccess); /* this call's count: nothing ran */
     return res;
 }
 

@@ -116,7 +116,11 @@ chorusResult_t chorusGroupEnd(void)
                 res = r;
             continue;
         }
-        comm_op_started(parts[p].comm);
+        parts[p].res = comm_op_started(parts[p].comm, "chorusGroupEnd");
+        if (parts[p].res != chorusSuccess) {
+            memcpy(parts[p].error, debug_last_error(), sizeof(parts[p].error) - 1);
+            continue;
+        }
         if (nblocking == 1) {
             part_thread(&parts[p]);
         } else if (pthread_create(&threads[p], NULL, part_thread, &parts[p]) == 0) {

@@ -92,7 +92,11 @@ chorusResult_t stream_enqueue(chorusStream_t stream, comm_op_t *ops, int n)
     t->comm = ops[0].comm;
     t->n = n;
     memcpy(t->ops, ops, sizeof(comm_op_t) * n);
-    comm_op_started(t->comm);
+    chorusResult_t res = comm_op_started(t->comm, "a call queued on a host stream");
+    if (res != chorusSuccess) {
+        free(t);
+        return res;
+    }
     pthread_mutex_lock(&s->mu);
     if (s->head == NULL && !s->busy)
         s->progress_ns = fifo_now_ns();
