@@ -342,8 +342,9 @@ static const codec16_t *bf16_codec(void)
  */
 /* On x86 each is built three times, for AVX-512, AVX2 and the baseline, and the loader picks the
  * widest the CPU has (an ifunc). Every loop is element-wise, so the width changes how many
- * elements one instruction takes, never a result bit. */
-#if HOST_HAVE_X86_PATHS && defined(__GNUC__) && !defined(__clang__)
+ * elements one instruction takes, never a result bit. Not under TSan: the loader runs the
+ * clones' resolver before TSan's runtime is up, and gcc instruments it (a crash at start). */
+#if HOST_HAVE_X86_PATHS && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define HOST_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define HOST_SIMD_CLONES

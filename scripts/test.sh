@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# test.sh [CTEST_ARGS...]: install dependencies, build with -Werror, check formatting, run ctest.
+# test.sh [CTEST_ARGS...]: install dependencies, build with -Werror, check formatting, run ctest,
+# then the sanitizer stages (scripts/sanitize.sh asan, then tsan: own build trees build-asan/ and
+# build-tsan/, their own test selections, about 2 minutes each on 2 cores, build included).
 #
 # BUILD_DIR (default build/) is the build tree; CTEST_PARALLEL_LEVEL (default 2) the number of tests
-# at once (they are multi-process). Extra arguments go to ctest, e.g. `scripts/test.sh -R shm -V`.
-# Fails when the build, the formatting check or any test fails.
+# at once (they are multi-process). Extra arguments go to the plain ctest only, e.g.
+# `scripts/test.sh -R shm -V`. CHORUS_TEST_SANITIZE=0 skips the sanitizer stages.
+# Fails when the build, the formatting check, any test or a sanitizer stage fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +38,23 @@ cmake -S . -B "$build" -DCHORUS_WERROR=ON
 cmake --build "$build" -j"$(nproc)"
 
 echo "== ctest"
+t0=$SECONDS
 ctest --test-dir "$build" --output-on-failure -j"${CTEST_PARALLEL_LEVEL:-2}" "$@" || status=1
+echo "== ctest: $((SECONDS - t0)) s"
+
+if [ "${CHORUS_TEST_SANITIZE:-1}" != 0 ]; then
+    for stage in asan tsan; do
+        t0=$SECONDS
+        if scripts/sanitize.sh "$stage"; then
+            echo "== sanitize $stage: passed in $((SECONDS - t0)) s"
+        else
+            echo "== sanitize $stage: FAILED in $((SECONDS - t0)) s" >&2
+            status=1
+        fi
+    done
+else
+    echo "== sanitizer stages skipped (CHORUS_TEST_SANITIZE=0)"
+fi
 
 if [ $status -ne 0 ]; then
     echo "test.sh: FAILED" >&2

@@ -427,6 +427,9 @@ int main(int argc, char **argv)
             checks += ctx[i].checks;
             chorusCommDestroy(comms_g[i]);
         }
+        free(tid);
+        free(ctx);
+        free(comms_g);
     } else if (env) {
         if (env_main(&failures, &checks, &me) != 0)
             return 1;

@@ -419,6 +419,7 @@ int main(int argc, char **argv)
                        n);
         for (int i = 0; i < n; i++)
             chorusCommDestroy(comms[i]); /* an aborted communicator may report its abort */
+        free(comms);
         return harness_failures ? 1 : 0;
     }
     harness_report(0,

@@ -45,12 +45,16 @@ int main(int argc, char **argv)
     double rtol = atof(argv[3]);
     if (na != nb || na == 0) {
         fprintf(stderr, "FAIL: %s has %zu floats, %s has %zu\n", argv[1], na, argv[2], nb);
+        free(a);
+        free(b);
         return 1;
     }
     if (rtol == 0.0) {
         int same = memcmp(a, b, na * 4) == 0;
         printf("%s: %zu floats %s\n", same ? "PASS" : "FAIL", na,
                same ? "bit-identical" : "differ in bits");
+        free(a);
+        free(b);
         return same ? 0 : 1;
     }
     double floor = 0.0, worst = 0.0;
@@ -67,5 +71,7 @@ int main(int argc, char **argv)
     }
     printf("%s: %zu floats, worst relative difference %.3g at [%zu] (%.9g vs %.9g), %zu over %g\n",
            nbad ? "FAIL" : "PASS", na, worst, at, a[at], b[at], nbad, rtol);
+    free(a);
+    free(b);
     return nbad ? 1 : 0;
 }
