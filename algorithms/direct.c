@@ -40,13 +40,22 @@ static char *buf(const direct_view_t *v, int r, uint64_t s)
     return v->base[r] + DIRECT_HDR_NBYTES + (size_t)(s & 1) * v->buf_nbytes;
 }
 
+#define OFF_READY(s) (offsetof(direct_hdr_t, ready) + (size_t)((s)&1) * sizeof(fifo_flag_t))
+#define OFF_REDUCED offsetof(direct_hdr_t, reduced)
+#define OFF_DONE offsetof(direct_hdr_t, done)
+
 /* Wait until rank r's flag (ready, reduced or done, at offset off in its header) reaches s. */
 static chorusResult_t wait_flag(prims_t *p, const direct_view_t *v, int r, size_t off, uint64_t s,
                                 const char *what)
 {
     fifo_flag_t *f = (fifo_flag_t *)(void *)((char *)hdr(v, r) + off);
     p->wait.peer = r;
-    return fifo_wait_flag(f, s, &p->wait, "shm", what);
+    CHECK(fifo_wait_flag(f, s, &p->wait, "shm", what));
+    /* A rank publishes ready for piece s only after finishing piece s - 1 (done included): seeing
+     * it spares reading r's done flag later. */
+    if (off == OFF_READY(s) && v->done_seen[r] < s - 1)
+        v->done_seen[r] = s - 1;
+    return chorusSuccess;
 }
 
 /* Wait for every other rank's flag, starting after this rank (spreads who waits on whom). */
@@ -57,10 +66,6 @@ static chorusResult_t wait_all(prims_t *p, const direct_view_t *v, size_t off, u
         CHECK(wait_flag(p, v, (v->rank + k) % v->nranks, off, s, what));
     return chorusSuccess;
 }
-
-#define OFF_READY(s) (offsetof(direct_hdr_t, ready) + (size_t)((s)&1) * sizeof(fifo_flag_t))
-#define OFF_REDUCED offsetof(direct_hdr_t, reduced)
-#define OFF_DONE offsetof(direct_hdr_t, done)
 
 /* Start piece s: wait until every rank has finished reading buffer s % 2 (piece s - 2). A done
  * flag read once covers the pieces it is ahead by: most calls read none. */
