@@ -128,11 +128,22 @@ static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers, const uin
                        "is it stuck or not calling the same collective?",
                        w->peer, what, (long long)(w->timeout_ns / 1000000));
         }
+        int64_t asked = last_check;
         if (fifo_peer_gone(w, w->peer, transport, &last_check, now - start))
             return ERR(chorusRemoteError, SUB_COLL,
                        "peer rank %d's process is gone: it died while this rank waited for the %s "
                        "(%s connection)",
                        w->peer, what, transport ? transport : "");
+        if (last_check != asked && w->other_gone != NULL) { /* peer was just asked about */
+            int dead = w->other_gone(w->arg, w->peer);
+            if (dead >= 0) {
+                fifo_note_failure(w, FAIL_DEAD, dead, transport, now - start);
+                return ERR(chorusRemoteError, SUB_COLL,
+                           "rank %d's process is gone: it died while this rank waited for the %s "
+                           "of peer rank %d (%s connection)",
+                           dead, what, w->peer, transport ? transport : "");
+            }
+        }
         int64_t left = w->timeout_ns - (now - start);
         if (left > FIFO_SLEEP_SLICE_NS)
             left = FIFO_SLEEP_SLICE_NS;

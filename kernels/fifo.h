@@ -53,6 +53,11 @@ typedef struct wait_ctx {
     int (*peer_alive)(void *arg, int peer);
     void *arg;
     fail_record_t *fail; /* optional: where the operation's first failure is recorded */
+    /* Optional, for collectives (where any rank's death stops the call): a rank other than peer
+     * whose process is known to be gone, or -1; asked with peer_alive. A rank that waits on a
+     * live peer which left the call for that death learns of it here even when that peer's
+     * failure notice does not reach it. */
+    int (*other_gone)(void *arg, int peer);
 } wait_ctx_t;
 
 /* A doorbell for a thread that serves FIFOs from the other side (the net transport's proxy): it

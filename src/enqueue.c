@@ -163,6 +163,7 @@ static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
     p->wait.peer_alive = health_peer_alive;
     p->wait.arg = comm;
     p->wait.fail = &comm->op_fail;
+    p->wait.other_gone = health_other_gone;
     p->divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0;
 }
 
@@ -381,9 +382,14 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
     }
     if (nreq > 0)
         CHECK_GOTO(comm_connect(comm, reqs, nreq), res, out);
-    wait_ctx_t w = {
-        &comm->abort_flag, comm->timeout_ms * 1000000, comm->spin, -1, health_peer_alive, comm,
-        &comm->op_fail};
+    /* No other_gone: a send/recv waits only on its own peers. */
+    wait_ctx_t w = {.abort_flag = &comm->abort_flag,
+                    .timeout_ns = comm->timeout_ms * 1000000,
+                    .spin = comm->spin,
+                    .peer = -1,
+                    .peer_alive = health_peer_alive,
+                    .arg = comm,
+                    .fail = &comm->op_fail};
     res = p2p_run(sends, ns, recvs, nr, &host_memops, &w);
 out:
     for (int i = 0; tmp && i < nops; i++)

@@ -104,6 +104,15 @@ int health_peer_alive(void *arg, int peer)
     return start == 0 || p->start_time == 0 || start == p->start_time;
 }
 
+int health_other_gone(void *arg, int peer)
+{
+    chorusComm_t comm = arg;
+    for (int r = 0; r < comm->nranks; r++)
+        if (r != comm->rank && r != peer && !health_peer_alive(comm, r))
+            return r;
+    return -1;
+}
+
 static int failure_known(chorusComm_t comm)
 {
     pthread_mutex_lock(&comm->state_lock);
@@ -154,7 +163,7 @@ void health_fail(chorusComm_t comm, chorusResult_t code, int culprit, int notify
         if (r != comm->rank && r != culprit &&
             boot_send_timeout(comm->boot, r, BOOT_TAG_CONTROL, &n, sizeof(n), HEALTH_SEND_MS) !=
                 chorusSuccess)
-            INFO(SUB_INIT, "rank %d: could not send the failure notice to rank %d: %s", comm->rank,
+            WARN(SUB_INIT, "rank %d: could not send the failure notice to rank %d: %s", comm->rank,
                  r, debug_last_error());
     debug_set_quiet_errors(quiet);
 }

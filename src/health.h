@@ -34,6 +34,9 @@ typedef struct comm_failure {
 void health_control(void *arg, int peer, uint32_t tag, const void *data, size_t nbytes);
 /* wait_ctx_t.peer_alive: 0 when peer runs on this machine and its process is gone. */
 int health_peer_alive(void *arg, int peer);
+/* wait_ctx_t.other_gone: the first rank (not this one, not peer) on this machine whose process is
+ * gone, or -1. */
+int health_other_gone(void *arg, int peer);
 /* This process's start time (clock ticks since boot, /proc/self/stat) and pid namespace id: with
  * the pid they tell a live peer from a reused pid. */
 uint64_t health_start_time(void);
