@@ -90,12 +90,32 @@ typedef struct direct_hdr {
     fifo_flag_t done; /* it has read everything it reads of piece s */
 } direct_hdr_t;
 
+/* Zero-copy: where a rank's input lies when its peers read it in place (chorusMemAlloc memory),
+ * carried in the payload of its ready flag: the region's number in the owner's process (never 0),
+ * the data's offset in the region and its address there, and the region's memfd there (a peer
+ * maps /proc/<pid>/fd/<fd>). */
+typedef struct mem_ref {
+    uint64_t id;
+    uint64_t offset;
+    uint64_t addr;
+    int32_t fd;
+    int32_t reserved;
+} mem_ref_t;
+
 typedef struct direct_view {
     int nranks, rank;
     char *const *base; /* [nranks] */
     size_t buf_nbytes;
     uint64_t *seq; /* pieces run so far on the communicator (advanced by the program) */
     uint64_t *done_seen; /* [nranks]: each rank's done flag as this rank last read it */
+    /* Zero-copy, NULL where off: zc_find says whether [p, p + nbytes) lies in one chorusMemAlloc
+     * region (and where); zc_map returns the address of rank r's data named by ref, nbytes of it
+     * readable, or NULL with the error set. Calls from zc_min_nbytes up use it. */
+    int (*zc_find)(const void *p, size_t nbytes, mem_ref_t *ref);
+    const char *(*zc_map)(void *arg, int r, const mem_ref_t *ref, size_t nbytes);
+    void *zc_arg;
+    size_t zc_min_nbytes;
+    uint64_t *zc_reads; /* pieces of peers' inputs this rank has read in place (tests look) */
 } direct_view_t;
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,

@@ -20,6 +20,12 @@
  * (the root's window read by all), reduce (every window read by the root), all-gather (every
  * window read by all), reduce-scatter (part i of every window reduced by rank i).
  *
+ * Zero-copy: where a rank's input lies in chorusMemAlloc memory (a memfd every local rank can
+ * map) and the call does not overwrite it, the rank publishes where it is (mem_ref_t, in the
+ * ready flag's payload) instead of copying it into its buffer, and peers read it in place; the
+ * rank then waits, before it returns, until every peer's done flag shows the call's last piece
+ * read. Ranks decide this each for itself, so buffers of both kinds mix in one call.
+ *
  * Each result element is computed by one rank in one fixed order (rank order; two-shot: the
  * part's owner first, then the others in rank order) and copied from there, so the result is
  * identical on every rank and the same from run to run. avg reduces as sum and divides last.
@@ -83,6 +89,78 @@ static chorusResult_t piece_begin(prims_t *p, const direct_view_t *v, uint64_t *
     return chorusSuccess;
 }
 
+_Static_assert(sizeof(mem_ref_t) <= sizeof(((fifo_flag_t *)0)->payload),
+               "a mem_ref_t rides in a ready flag's payload");
+
+/* Zero-copy: 1 (and *ref) when this rank's input in[0, nbytes) can be read in place by its
+ * peers: it lies in a chorusMemAlloc region and this rank writes none of it during the call (out,
+ * out_nbytes: what it writes; NULL: nothing). */
+static int zc_expose(const direct_view_t *v, const void *in, size_t nbytes, const void *out,
+                     size_t out_nbytes, mem_ref_t *ref)
+{
+    if (v->zc_find == NULL || nbytes == 0 || nbytes < v->zc_min_nbytes)
+        return 0;
+    const char *i = in, *o = out;
+    if (o != NULL && i < o + out_nbytes && o < i + nbytes)
+        return 0;
+    return v->zc_find(in, nbytes, ref);
+}
+
+/* Publish this rank's input of piece s: in its window buffer (ref NULL) or in place at ref's
+ * data + off bytes. */
+static void publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, size_t off)
+{
+    fifo_flag_t *f = &hdr(v, v->rank)->ready[s & 1];
+    mem_ref_t r;
+    memset(&r, 0, sizeof(r));
+    if (ref != NULL) {
+        r = *ref;
+        r.offset += off;
+        r.addr += off;
+    }
+    memcpy(f->payload, &r, sizeof(r));
+    fifo_set_flag(f, s);
+}
+
+/* Rank r's input of piece s, nbytes, once its ready flag is seen: its window buffer, or its own
+ * memory read in place (this rank's: mine, when it exposed it). */
+static chorusResult_t input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
+                               size_t nbytes, char **src)
+{
+    if (r == v->rank) {
+        *src = mine != NULL ? (char *)mine : buf(v, r, s);
+        return chorusSuccess;
+    }
+    mem_ref_t ref;
+    memcpy(&ref, hdr(v, r)->ready[s & 1].payload, sizeof(ref));
+    if (ref.id == 0) {
+        *src = buf(v, r, s);
+        return chorusSuccess;
+    }
+    if (v->zc_map == NULL)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "rank %d published its input in place, but this rank has zero-copy off", r);
+    *src = (char *)v->zc_map(v->zc_arg, r, &ref, nbytes);
+    if (*src == NULL)
+        return chorusSystemError;
+    (*v->zc_reads)++;
+    return chorusSuccess;
+}
+
+/* Zero-copy, at the end of a call: peers read this rank's memory until their done flags reach
+ * s, the call's last piece; the caller may change it once this returns. */
+static chorusResult_t zc_release(prims_t *p, const direct_view_t *v, uint64_t s)
+{
+    for (int k = 1; k < v->nranks; k++) {
+        int r = (v->rank + k) % v->nranks;
+        if (v->done_seen[r] >= s)
+            continue;
+        CHECK(wait_flag(p, v, r, OFF_DONE, s, "direct window done flag (reading in place)"));
+        v->done_seen[r] = __atomic_load_n(&hdr(v, r)->done.value, __ATOMIC_ACQUIRE);
+    }
+    return chorusSuccess;
+}
+
 /* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
 static void reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count)
 {
@@ -100,17 +178,21 @@ static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_a
                                 int twoshot)
 {
     int n = v->nranks, me = v->rank;
-    size_t es = p->esize, per = v->buf_nbytes / es;
+    size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
+    const char *in = a->sendbuff;
     char *srcs[DIRECT_MAX_RANKS];
+    mem_ref_t zref;
+    int zc = nbytes > sizeof(hdr(v, me)->ready[0].payload) &&
+             zc_expose(v, in, nbytes, a->recvbuff, nbytes, &zref);
+    uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        uint64_t s;
         CHECK(piece_begin(p, v, &s));
         char *out = (char *)a->recvbuff + off * es;
         if (len * es <= sizeof(hdr(v, me)->ready[0].payload)) {
             /* Small: the data rides in the ready flag's cache line. */
             fifo_flag_t *mine = &hdr(v, me)->ready[s & 1];
-            memcpy(mine->payload, (const char *)a->sendbuff + off * es, len * es);
+            memcpy(mine->payload, in + off * es, len * es);
             fifo_set_flag(mine, s);
             CHECK(wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
             for (int r = 0; r < n; r++)
@@ -119,22 +201,29 @@ static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_a
             fifo_set_flag(&hdr(v, me)->done, s);
             continue;
         }
-        p->ops->copy(buf(v, me, s), (const char *)a->sendbuff + off * es, len * es);
-        fifo_set_flag(&hdr(v, me)->ready[s & 1], s);
+        if (zc) {
+            publish_ready(v, s, &zref, off * es);
+        } else {
+            p->ops->copy(buf(v, me, s), in + off * es, len * es);
+            publish_ready(v, s, NULL, 0);
+        }
         CHECK(wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
+        for (int r = 0; r < n; r++)
+            CHECK(input_of(v, r, s, zc ? in + off * es : NULL, len * es, &srcs[r]));
         if (!twoshot) {
-            for (int r = 0; r < n; r++)
-                srcs[r] = buf(v, r, s);
             reduce_list(p, out, srcs, n, len);
         } else {
+            /* This rank's part: its own input first, then the others' in rank order, into its
+             * window buffer (where its own input already is when it copied it there). */
+            char *part[DIRECT_MAX_RANKS];
             size_t poff, plen;
             algo_part(len, n, me, &poff, &plen);
-            srcs[0] = buf(v, me, s) + poff * es;
+            part[0] = srcs[me] + poff * es;
             for (int r = 0, k = 1; r < n; r++)
                 if (r != me)
-                    srcs[k++] = buf(v, r, s) + poff * es;
+                    part[k++] = srcs[r] + poff * es;
             if (plen > 0)
-                reduce_list(p, srcs[0], srcs, n, plen);
+                reduce_list(p, buf(v, me, s) + poff * es, part, n, plen);
             fifo_set_flag(&hdr(v, me)->reduced, s);
             for (int k = 0; k < n; k++) {
                 int r = (me + k) % n;
@@ -147,74 +236,108 @@ static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_a
         }
         fifo_set_flag(&hdr(v, me)->done, s);
     }
+    if (zc)
+        CHECK(zc_release(p, v, s));
     return chorusSuccess;
 }
 
 static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int me = v->rank, root = a->root;
-    size_t es = p->esize, per = v->buf_nbytes / es;
+    size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
+    const char *in = a->sendbuff;
+    mem_ref_t zref;
+    int zc = me == root && zc_expose(v, in, nbytes, a->recvbuff == a->sendbuff ? NULL : a->recvbuff,
+                                     nbytes, &zref);
+    uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        uint64_t s;
         CHECK(piece_begin(p, v, &s));
         char *out = (char *)a->recvbuff + off * es;
         if (me == root) {
-            const char *in = (const char *)a->sendbuff + off * es;
-            p->ops->copy(buf(v, me, s), in, len * es);
-            fifo_set_flag(&hdr(v, me)->ready[s & 1], s);
-            if (out != in)
-                p->ops->copy(out, in, len * es);
+            if (zc) {
+                publish_ready(v, s, &zref, off * es);
+            } else {
+                p->ops->copy(buf(v, me, s), in + off * es, len * es);
+                publish_ready(v, s, NULL, 0);
+            }
+            if (out != in + off * es)
+                p->ops->copy(out, in + off * es, len * es);
         } else {
+            char *src = NULL;
             CHECK(wait_flag(p, v, root, OFF_READY(s), s, "direct window ready flag"));
-            p->ops->copy(out, buf(v, root, s), len * es);
+            CHECK(input_of(v, root, s, NULL, len * es, &src));
+            p->ops->copy(out, src, len * es);
         }
         fifo_set_flag(&hdr(v, me)->done, s);
     }
+    if (zc)
+        CHECK(zc_release(p, v, s));
     return chorusSuccess;
 }
 
 static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank, root = a->root;
-    size_t es = p->esize, per = v->buf_nbytes / es;
+    size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
+    const char *in = a->sendbuff;
     char *srcs[DIRECT_MAX_RANKS];
+    mem_ref_t zref;
+    int zc = zc_expose(v, in, nbytes, me == root ? a->recvbuff : NULL, nbytes, &zref);
+    uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        uint64_t s;
         CHECK(piece_begin(p, v, &s));
-        p->ops->copy(buf(v, me, s), (const char *)a->sendbuff + off * es, len * es);
-        fifo_set_flag(&hdr(v, me)->ready[s & 1], s);
+        if (zc) {
+            publish_ready(v, s, &zref, off * es);
+        } else {
+            p->ops->copy(buf(v, me, s), in + off * es, len * es);
+            publish_ready(v, s, NULL, 0);
+        }
         if (me == root) {
             CHECK(wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
             for (int r = 0; r < n; r++)
-                srcs[r] = buf(v, r, s);
+                CHECK(input_of(v, r, s, zc ? in + off * es : NULL, len * es, &srcs[r]));
             reduce_list(p, (char *)a->recvbuff + off * es, srcs, n, len);
         }
         fifo_set_flag(&hdr(v, me)->done, s);
     }
+    if (zc)
+        CHECK(zc_release(p, v, s));
     return chorusSuccess;
 }
 
 static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank;
-    size_t es = p->esize, per = v->buf_nbytes / es;
+    size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
+    const char *in = a->sendbuff;
+    mem_ref_t zref;
+    int zc = zc_expose(v, in, nbytes, a->recvbuff, nbytes * (size_t)n, &zref);
+    uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        uint64_t s;
         CHECK(piece_begin(p, v, &s));
-        p->ops->copy(buf(v, me, s), (const char *)a->sendbuff + off * es, len * es);
-        fifo_set_flag(&hdr(v, me)->ready[s & 1], s);
+        if (zc) {
+            publish_ready(v, s, &zref, off * es);
+        } else {
+            p->ops->copy(buf(v, me, s), in + off * es, len * es);
+            publish_ready(v, s, NULL, 0);
+        }
         for (int k = 0; k < n; k++) {
             int r = (me + k) % n;
+            char *src = NULL;
             if (r != me)
                 CHECK(wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
-            p->ops->copy((char *)a->recvbuff + ((size_t)r * a->count + off) * es, buf(v, r, s),
-                         len * es);
+            CHECK(input_of(v, r, s, zc ? in + off * es : NULL, len * es, &src));
+            char *dst = (char *)a->recvbuff + ((size_t)r * a->count + off) * es;
+            if (dst != src)
+                p->ops->copy(dst, src, len * es);
         }
         fifo_set_flag(&hdr(v, me)->done, s);
     }
+    if (zc)
+        CHECK(zc_release(p, v, s));
     return chorusSuccess;
 }
 

@@ -167,7 +167,10 @@ chorusResult_t chorusStreamSynchronize(chorusStream_t stream);
 chorusResult_t chorusStreamQuery(chorusStream_t stream);
 chorusResult_t chorusStreamDestroy(chorusStream_t stream);
 
-/* Page-aligned host memory that Chorus may register or share (zero-copy paths). */
+/* Page-aligned host memory that Chorus may register or share (zero-copy paths): a memfd mapped
+ * shared, so ranks of one host read a collective's input in place instead of copying it (see
+ * CHORUS_ZCOPY). Being shared memory, it stays shared with a child made by fork(). Free it with
+ * chorusMemFree only. */
 chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes);
 chorusResult_t chorusMemFree(void *ptr);
 

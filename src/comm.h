@@ -78,6 +78,9 @@ struct chorusComm {
     uint64_t win_seq; /* direct pieces run so far */
     uint64_t *win_done_seen; /* [nranks]: done flags as last read (direct.c) */
     direct_view_t win_view;
+    struct zc_map *zc_maps; /* [ZC_MAX_MAPS]: peers' chorusMemAlloc regions mapped (window.c) */
+    uint64_t zc_clock;
+    uint64_t zc_reads; /* pieces read in place from peers' chorusMemAlloc memory (direct.c) */
     channel_t channels[MAX_CHANNELS];
     comm_conn_t *p2p_send; /* [nranks], built on first use */
     comm_conn_t *p2p_recv;
@@ -160,5 +163,8 @@ chorusResult_t stream_enqueue(chorusStream_t stream, comm_op_t *ops, int n);
 
 /* mem.c: 1 when ptr is CUDA device memory (only possible where libcuda is loaded). */
 int mem_is_device(const void *ptr);
+/* mem.c: 1 and *ref filled when [ptr, ptr + nbytes) lies in one chorusMemAlloc region that local
+ * peers can map (ref->pid is left 0: the caller knows its own). */
+int mem_find_region(const void *ptr, size_t nbytes, mem_ref_t *ref);
 
 #endif /* CHORUS_COMM_H */

@@ -5,13 +5,22 @@
  * loaded, so detection asks the driver only then: dlopen with RTLD_NOLOAD never loads it, and a
  * process without CUDA pays one cheap check every 100 ms at most. This build has no CUDA support,
  * so a device pointer is refused with a clear error rather than read as host memory.
+ *
+ * chorusMemAlloc memory is a memfd mapped shared and kept in a list of regions: the direct
+ * algorithms let local peers map it (window.c opens /proc/<pid>/fd/<fd>) and read a rank's input
+ * in place instead of copying it through the window (zero-copy). Where memfd_create fails it is
+ * plain page-aligned memory, not in the list, and copied as any buffer.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "debug.h"
@@ -52,6 +61,33 @@ int mem_is_device(const void *ptr)
     return type == CU_MEMORYTYPE_DEVICE;
 }
 
+typedef struct mem_region {
+    char *base;
+    size_t nbytes; /* mapped: nbytes asked for, rounded up to pages */
+    int fd;
+    uint64_t id;
+    struct mem_region *next;
+} mem_region_t;
+
+static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
+static mem_region_t *regions;
+static uint64_t last_region_id;
+
+int mem_find_region(const void *ptr, size_t nbytes, mem_ref_t *ref)
+{
+    const char *p = ptr;
+    int found = 0;
+    pthread_mutex_lock(&regions_lock);
+    for (mem_region_t *r = regions; r != NULL && !found; r = r->next) {
+        if (p >= r->base && nbytes <= r->nbytes && (size_t)(p - r->base) <= r->nbytes - nbytes) {
+            *ref = (mem_ref_t){r->id, (uint64_t)(p - r->base), (uint64_t)(uintptr_t)p, r->fd, 0};
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&regions_lock);
+    return found;
+}
+
 chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes)
 {
     debug_clear_error();
@@ -59,8 +95,34 @@ chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes)
         return ERR(chorusInvalidArgument, SUB_ALLOC, "chorusMemAlloc: ptr is NULL");
     if (nbytes == 0)
         return ERR(chorusInvalidArgument, SUB_ALLOC, "chorusMemAlloc: nbytes is 0");
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (nbytes > SIZE_MAX - page)
+        return ERR(chorusInvalidArgument, SUB_ALLOC, "chorusMemAlloc: nbytes %zu is too large",
+                   nbytes);
+    size_t mapped = (nbytes + page - 1) / page * page;
+    mem_region_t *r = calloc(1, sizeof(*r));
+    int fd = r != NULL ? memfd_create("chorus-mem", MFD_CLOEXEC) : -1;
+    if (fd >= 0 && ftruncate(fd, (off_t)mapped) == 0) {
+        void *base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base != MAP_FAILED) {
+            *r = (mem_region_t){base, mapped, fd, 0, NULL};
+            pthread_mutex_lock(&regions_lock);
+            r->id = ++last_region_id;
+            r->next = regions;
+            regions = r;
+            pthread_mutex_unlock(&regions_lock);
+            *ptr = base;
+            return chorusSuccess;
+        }
+    }
+    /* No shareable memory (no memfd, a size limit): plain memory, copied like any buffer. */
+    INFO(SUB_ALLOC, "chorusMemAlloc of %zu bytes: no shareable memory (%s), plain memory instead",
+         nbytes, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(r);
     void *p = NULL;
-    int rc = posix_memalign(&p, 4096, nbytes);
+    int rc = posix_memalign(&p, page, nbytes);
     if (rc != 0)
         return ERR(chorusSystemError, SUB_ALLOC, "chorusMemAlloc of %zu bytes failed: %s", nbytes,
                    strerror(rc));
@@ -71,6 +133,22 @@ chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes)
 chorusResult_t chorusMemFree(void *ptr)
 {
     debug_clear_error();
-    free(ptr);
+    mem_region_t *found = NULL;
+    pthread_mutex_lock(&regions_lock);
+    for (mem_region_t **pp = &regions; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->base == ptr) {
+            found = *pp;
+            *pp = found->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&regions_lock);
+    if (found == NULL) {
+        free(ptr); /* plain memory (or NULL) */
+        return chorusSuccess;
+    }
+    munmap(found->base, found->nbytes);
+    close(found->fd);
+    free(found);
     return chorusSuccess;
 }

@@ -166,7 +166,7 @@ static const tune_consts_t tune_k = {
     .slice_nbytes = 512.0 * 1024,
     .channel_nbytes = 256.0 * 1024,
     .direct_round_us = 0.6,
-    .direct_nbytes = 1024.0 * 1024,
+    .direct_nbytes = 512.0 * 1024,
     .direct_twoshot_eff = 0.7,
     .direct_dram_penalty = 3.5,
 };
@@ -488,7 +488,7 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
         case COLL_ALLREDUCE:
             /* Two-shot measured on this VM (2 ranks; 4 ranks on 2 cores): 0.55-0.75x the ring's
              * time at 256 KiB-2 MiB, where the windows stay in cache, and 2-3.5x it from 16 MiB
-             * (a flag round per 1 MiB piece, every piece through DRAM): priced as 0.7 of the
+             * (a flag round per piece, every piece through DRAM): priced as 0.7 of the
              * ring's passes in cache and 3.5x in DRAM. One-shot reads all n inputs. */
             rounds = algo == ALGO_TWOSHOT ? 2.0 : 1.0;
             dpasses = algo == ALGO_TWOSHOT ? k->direct_twoshot_eff * (2.0 * n - 1) / n * nb

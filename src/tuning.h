@@ -52,7 +52,7 @@ typedef struct tune_topo {
     size_t slice_nbytes; /* pipelining slice, CHORUS_BUFFSIZE / CHORUS_STEPS (0: 512 KiB) */
     int direct; /* node-local windows are possible (one host, all ranks over shm): the direct
                  * algorithms (one-shot, two-shot) may run */
-    size_t direct_nbytes; /* a window buffer, CHORUS_DIRECT_BUFFSIZE (0: 1 MiB) */
+    size_t direct_nbytes; /* a window buffer, CHORUS_DIRECT_BUFFSIZE (0: 512 KiB) */
 } tune_topo_t;
 
 typedef struct tuner {

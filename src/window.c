@@ -6,16 +6,47 @@
  * rank maps every other's, and once all say so each unlinks its own, so a job killed after init
  * leaves nothing in /dev/shm. Where some rank cannot (a small /dev/shm), all of them learn it in
  * the same exchange and the communicator runs without the direct algorithms.
+ *
+ * Zero-copy (direct.c) needs every rank to open every other's chorusMemAlloc memfds through
+ * /proc/<pid>/fd (same user, /proc not hidden): the same exchange carries a probe memfd per rank
+ * that every other tries to open, and zero-copy is on only where all could (and none set
+ * CHORUS_ZCOPY=0). Peers' regions are mapped read-only on first use and kept, at most
+ * ZC_MAX_MAPS per communicator (the least recently used goes first), until destroy.
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "debug.h"
 
 #define WINDOW_NAME_BYTES 64
 #define WINDOW_TAG 0x77696e /* "win": the name's tag field */
+#define ZC_MAX_MAPS 64
+/* Calls from this size up read chorusMemAlloc inputs in place: below, a copy costs less than
+ * the wait for every peer's done flag that reading in place adds at the end of the call. */
+#define ZC_MIN_NBYTES (512 * 1024)
+
+/* What each rank tells the others: its window's name and its zero-copy probe. */
+typedef struct window_card {
+    char name[WINDOW_NAME_BYTES];
+    int32_t probe_fd; /* a memfd of this process; -1: zero-copy off on this rank */
+    int32_t reserved;
+} window_card_t;
+
+struct zc_map {
+    int rank; /* -1: free */
+    uint64_t id;
+    char *base;
+    size_t nbytes;
+    uint64_t used; /* comm->zc_clock at the last use */
+};
 
 int window_possible(chorusComm_t comm)
 {
@@ -37,19 +68,91 @@ static void unmap_all(chorusComm_t comm)
     comm->win_base = NULL;
     free(comm->win_done_seen);
     comm->win_done_seen = NULL;
+    for (int i = 0; comm->zc_maps != NULL && i < ZC_MAX_MAPS; i++)
+        if (comm->zc_maps[i].rank >= 0)
+            munmap(comm->zc_maps[i].base, comm->zc_maps[i].nbytes);
+    free(comm->zc_maps);
+    comm->zc_maps = NULL;
 }
 
-/* Every rank's yes or no: 1 when all said yes (a collective over the bootstrap). */
-static chorusResult_t all_agree(chorusComm_t comm, int yes, int *all_p)
+static int same_process(chorusComm_t comm, int r)
+{
+    const peer_info_t *p = &comm->peers[r], *me = &comm->peers[comm->rank];
+    return p->pid == me->pid && p->machine_hash == me->machine_hash && p->pid_ns == me->pid_ns;
+}
+
+/* Open rank r's fd through /proc: -1 with errno when this rank may not. */
+static int open_peer_fd(chorusComm_t comm, int r, int fd)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)comm->peers[r].pid, fd);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/* direct_view_t.zc_map: rank r's data named by ref, mapped here (cached per region). */
+static const char *zc_map(void *arg, int r, const mem_ref_t *ref, size_t nbytes)
+{
+    chorusComm_t comm = arg;
+    if (same_process(comm, r))
+        return (const char *)(uintptr_t)ref->addr;
+    struct zc_map *m = NULL, *victim = &comm->zc_maps[0];
+    for (int i = 0; i < ZC_MAX_MAPS && m == NULL; i++) {
+        struct zc_map *c = &comm->zc_maps[i];
+        if (c->rank == r && c->id == ref->id)
+            m = c;
+        else if (victim->rank >= 0 && (c->rank < 0 || c->used < victim->used))
+            victim = c;
+    }
+    if (m == NULL) {
+        int fd = open_peer_fd(comm, r, ref->fd);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            ERR(chorusSystemError, SUB_COLL,
+                "zero-copy: cannot open rank %d's chorusMemAlloc memory (/proc/%d/fd/%d): %s; "
+                "CHORUS_ZCOPY=0 turns zero-copy off",
+                r, (int)comm->peers[r].pid, ref->fd, strerror(e));
+            return NULL;
+        }
+        void *base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        int e = errno;
+        close(fd);
+        if (st.st_size <= 0 || base == MAP_FAILED) {
+            ERR(chorusSystemError, SUB_COLL,
+                "zero-copy: cannot map rank %d's chorusMemAlloc memory (%lld bytes): %s; "
+                "CHORUS_ZCOPY=0 turns zero-copy off",
+                r, (long long)st.st_size, st.st_size <= 0 ? "empty" : strerror(e));
+            return NULL;
+        }
+        if (victim->rank >= 0)
+            munmap(victim->base, victim->nbytes);
+        *victim = (struct zc_map){r, ref->id, base, (size_t)st.st_size, 0};
+        m = victim;
+    }
+    m->used = ++comm->zc_clock;
+    if (ref->offset > m->nbytes || nbytes > m->nbytes - ref->offset) {
+        ERR(chorusInternalError, SUB_COLL,
+            "zero-copy: rank %d's data (offset %llu, %zu bytes) lies outside its region %llu of "
+            "%zu bytes",
+            r, (unsigned long long)ref->offset, nbytes, (unsigned long long)ref->id, m->nbytes);
+        return NULL;
+    }
+    return m->base + ref->offset;
+}
+
+/* Every rank's bits: those every rank set (a collective over the bootstrap). */
+static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p)
 {
     int32_t *v = calloc((size_t)comm->nranks, sizeof(int32_t));
     if (v == NULL)
         return ERR(chorusSystemError, SUB_INIT, "out of memory");
-    v[comm->rank] = yes;
+    v[comm->rank] = bits;
     chorusResult_t res = boot_allgather(comm->boot, v, sizeof(int32_t));
-    int all = 1;
+    int all = ~0;
     for (int r = 0; r < comm->nranks; r++)
-        all &= v[r] != 0;
+        all &= v[r];
     free(v);
     *all_p = all;
     return res;
@@ -80,11 +183,11 @@ chorusResult_t window_connect(chorusComm_t comm)
     size_t bufsz = ((size_t)comm->params.direct_buffsize + 4095) & ~(size_t)4095;
     size_t map_nbytes = DIRECT_HDR_NBYTES + 2 * bufsz;
     char name[WINDOW_NAME_BYTES], why[768] = "";
-    char *names = calloc((size_t)n, WINDOW_NAME_BYTES);
+    window_card_t *cards = calloc((size_t)n, sizeof(window_card_t));
     comm->win_base = calloc((size_t)n, sizeof(char *));
     comm->win_map_nbytes = map_nbytes;
-    if (names == NULL || comm->win_base == NULL) {
-        free(names);
+    if (cards == NULL || comm->win_base == NULL) {
+        free(cards);
         free(comm->win_base);
         comm->win_base = NULL;
         return ERR(chorusSystemError, SUB_INIT, "out of memory");
@@ -98,49 +201,80 @@ chorusResult_t window_connect(chorusComm_t comm)
         snprintf(why, sizeof(why), "rank %d: %s", me, debug_last_error());
     comm->win_base[me] = made ? mine : NULL;
     if (made)
-        memcpy(names + (size_t)me * WINDOW_NAME_BYTES, name, WINDOW_NAME_BYTES);
-    CHECK_GOTO(boot_allgather(comm->boot, names, WINDOW_NAME_BYTES), res, out);
-    int mapped = made;
+        memcpy(cards[me].name, name, WINDOW_NAME_BYTES);
+    int probe = comm->params.zcopy ? memfd_create("chorus-probe", MFD_CLOEXEC) : -1;
+    cards[me].probe_fd = probe;
+    CHECK_GOTO(boot_allgather(comm->boot, cards, sizeof(window_card_t)), res, out);
+    int mapped = made, zc_ok = probe >= 0;
     for (int r = 0; r < n; r++) {
-        char *peer_name = names + (size_t)r * WINDOW_NAME_BYTES;
+        char *peer_name = cards[r].name;
         peer_name[WINDOW_NAME_BYTES - 1] = '\0';
-        if (r == me || peer_name[0] == '\0')
+        if (r == me)
+            continue;
+        if (zc_ok && !same_process(comm, r)) {
+            int fd = cards[r].probe_fd >= 0 ? open_peer_fd(comm, r, cards[r].probe_fd) : -1;
+            if (fd < 0 && cards[r].probe_fd >= 0)
+                INFO(SUB_INIT,
+                     "zero-copy off: rank %d cannot open rank %d's memfd through /proc/%d/fd: %s",
+                     me, r, (int)comm->peers[r].pid, strerror(errno));
+            zc_ok = fd >= 0;
+            if (fd >= 0)
+                close(fd);
+        }
+        if (peer_name[0] == '\0' || !mapped)
             continue;
         void *map = NULL;
         if (shm_segment_map(peer_name, map_nbytes, 0, r, 1, &map) != chorusSuccess) {
             if (why[0] == '\0')
                 snprintf(why, sizeof(why), "rank %d: %s", me, debug_last_error());
             mapped = 0;
-            break;
+            continue;
         }
         comm->win_base[r] = map;
     }
     /* Instead of a barrier: once every rank has answered, every window is mapped (or none is
-     * used); the names can go. */
-    CHECK_GOTO(all_agree(comm, mapped, &all), res, out);
-    for (int r = 0; r < n && all; r++)
-        all = names[(size_t)r * WINDOW_NAME_BYTES] != '\0';
+     * used), every probe opened; the names and probes can go. */
+    CHECK_GOTO(all_agree(comm, mapped | zc_ok << 1, &all), res, out);
+    for (int r = 0; r < n && (all & 1); r++)
+        all &= cards[r].name[0] != '\0' ? ~0 : ~1;
 out:
     debug_set_quiet_errors(quiet);
     if (made)
         shm_unlink(name);
-    free(names);
+    if (probe >= 0)
+        close(probe);
+    free(cards);
     if (res != chorusSuccess) {
         unmap_all(comm);
         return res;
     }
-    if (!all) {
+    if (!(all & 1)) {
         disable(comm, why);
         return chorusSuccess;
     }
     comm->win_done_seen = calloc((size_t)n, sizeof(uint64_t));
-    if (comm->win_done_seen == NULL) {
+    if ((all & 2) && comm->win_done_seen != NULL) {
+        comm->zc_maps = calloc(ZC_MAX_MAPS, sizeof(struct zc_map));
+        for (int i = 0; comm->zc_maps != NULL && i < ZC_MAX_MAPS; i++)
+            comm->zc_maps[i].rank = -1;
+    }
+    if (comm->win_done_seen == NULL || ((all & 2) && comm->zc_maps == NULL)) {
         unmap_all(comm);
         return ERR(chorusSystemError, SUB_INIT, "out of memory");
     }
-    comm->win_view =
-        (direct_view_t){n, me, comm->win_base, bufsz, &comm->win_seq, comm->win_done_seen};
-    INFO(SUB_INIT, "direct windows: %d ranks x 2 buffers of %zu bytes", n, bufsz);
+    comm->win_view = (direct_view_t){n,
+                                     me,
+                                     comm->win_base,
+                                     bufsz,
+                                     &comm->win_seq,
+                                     comm->win_done_seen,
+                                     (all & 2) ? mem_find_region : NULL,
+                                     (all & 2) ? zc_map : NULL,
+                                     comm,
+                                     ZC_MIN_NBYTES,
+                                     &comm->zc_reads};
+    INFO(SUB_INIT, "direct windows: %d ranks x 2 buffers of %zu bytes; zero-copy %s", n, bufsz,
+         (all & 2) ? "on" : "off");
     return chorusSuccess;
 }
 

@@ -55,3 +55,22 @@ foreach(algo oneshot twoshot)
     endforeach()
   endif()
 endforeach()
+
+# Zero-copy (direct.c: chorusMemAlloc inputs read in place by the peers) forced with CHORUS_ALGO,
+# 64 KiB window buffers so 140000 elements cross many pieces (zero-copy from 512 KiB: the types
+# of 4 bytes and more); buffers from chorusMemAlloc on every rank (all) or on even ranks only
+# (even: both kinds in one call). Threads read each other's memory by address, processes map it
+# through /proc/<pid>/fd; each run fails unless some rank read a peer's buffer in place.
+foreach(algo oneshot twoshot)
+  foreach(mode all even)
+    chorus_add_test(NAME coll_zcopy_${algo}_${mode}_threads_3 TIMEOUT 300
+      COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140000 --memalloc ${mode}
+      ENV CHORUS_ALGO=${algo} CHORUS_DIRECT_BUFFSIZE=65536)
+    if(MPI_C_FOUND)
+      chorus_add_test(NAME coll_zcopy_${algo}_${mode}_mpi_4 TIMEOUT 300
+        COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4
+                -x CHORUS_ALGO=${algo} -x CHORUS_DIRECT_BUFFSIZE=65536
+                $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode})
+    endif()
+  endforeach()
+endforeach()

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "chorus.h"
+#include "comm.h" /* --memalloc: pieces read in place (comm->zc_reads) */
 #ifdef WITH_MPI
 #include "chorus_mpi.h"
 #endif
@@ -186,7 +187,27 @@ typedef struct ctx {
     chorusComm_t comm;
     long failures;
     long checks;
+    long zc_reads; /* pieces of peers' buffers this rank read in place */
 } ctx_t;
+
+/* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
+static int memalloc_mode;
+
+static char *alloc_buf(int rank, size_t nbytes)
+{
+    void *p = NULL;
+    if (memalloc_mode == 1 || (memalloc_mode == 2 && rank % 2 == 0))
+        return chorusMemAlloc(&p, nbytes) == chorusSuccess ? p : NULL;
+    return malloc(nbytes);
+}
+
+static void free_buf(int rank, void *p)
+{
+    if (memalloc_mode == 1 || (memalloc_mode == 2 && rank % 2 == 0))
+        chorusMemFree(p);
+    else
+        free(p);
+}
 
 #define FAIL(c, ...)                                                                               \
     do {                                                                                           \
@@ -224,8 +245,12 @@ static void run_matrix(ctx_t *c)
     for (int i = 0; i < ncounts; i++)
         maxcount = counts[i] > maxcount ? counts[i] : maxcount;
     size_t cap = (maxcount * (size_t)n + 64) * 8;
-    char *send = malloc(cap), *recv = malloc(cap), *orig = malloc(cap);
+    char *send = alloc_buf(r, cap), *recv = alloc_buf(r, cap), *orig = malloc(cap);
     char label[200];
+    if (send == NULL || recv == NULL || orig == NULL) {
+        FAIL(c, "allocating 3 x %zu bytes failed", cap);
+        return;
+    }
     for (int ci = 0; ci < ncounts; ci++) {
         size_t count = counts[ci];
         int large = count > 100000;
@@ -321,9 +346,10 @@ static void run_matrix(ctx_t *c)
             }
         }
     }
-    free(send);
-    free(recv);
+    free_buf(r, send);
+    free_buf(r, recv);
     free(orig);
+    c->zc_reads = (long)c->comm->zc_reads;
 }
 
 static void *thread_main(void *arg)
@@ -336,7 +362,7 @@ static void *thread_main(void *arg)
 /* --env: one rank per process, joined by chorusCommInitEnv. The failure and check counts are summed
  * over the ranks with Chorus itself; if that sum fails, this rank counts the call as a failure so
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
-static int env_main(long *failures_p, long *checks_p, int *me_p)
+static int env_main(long *failures_p, long *checks_p, long *zc_p, int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -353,13 +379,14 @@ static int env_main(long *failures_p, long *checks_p, int *me_p)
         return 1;
     }
     nranks_g = n;
-    ctx_t c = {me, n, comm, 0, 0};
+    ctx_t c = {me, n, comm, 0, 0, 0};
     run_matrix(&c);
-    int64_t sums[2] = {c.failures, c.checks};
-    if (call_ok(&c, chorusAllReduce(sums, sums, 2, chorusInt64, chorusSum, comm, NULL),
+    int64_t sums[3] = {c.failures, c.checks, c.zc_reads};
+    if (call_ok(&c, chorusAllReduce(sums, sums, 3, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts")) {
         *failures_p = (long)sums[0];
         *checks_p = (long)sums[1];
+        *zc_p = (long)sums[2];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -390,10 +417,16 @@ int main(int argc, char **argv)
             parse_counts(argv[++i]);
         else if (strcmp(argv[i], "--quick-large") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
+                 (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
+            memalloc_mode = strcmp(argv[++i], "all") == 0 ? 1 : 2;
         else {
             fprintf(stderr,
                     "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
+                    "          [--memalloc all|even]\n"
                     "  --threads N  N ranks as threads of this process\n"
+                    "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
+                    "               unless a rank read a peer's buffer in place (zero-copy)\n"
                     "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                     "  (neither)    one rank per process under mpirun (WITH_MPI build)\n",
                     argv[0]);
@@ -404,7 +437,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "--threads and --env exclude each other\n");
         return 2;
     }
-    long failures = 0, checks = 0;
+    long failures = 0, checks = 0, zc_reads = 0;
     int me = 0;
     if (threads > 0) {
         nranks_g = threads;
@@ -418,20 +451,21 @@ int main(int argc, char **argv)
         ctx_t *ctx = calloc(threads, sizeof(ctx_t));
         pthread_t *tid = calloc(threads, sizeof(pthread_t));
         for (int i = 0; i < threads; i++) {
-            ctx[i] = (ctx_t){i, threads, comms_g[i], 0, 0};
+            ctx[i] = (ctx_t){i, threads, comms_g[i], 0, 0, 0};
             pthread_create(&tid[i], NULL, thread_main, &ctx[i]);
         }
         for (int i = 0; i < threads; i++) {
             pthread_join(tid[i], NULL);
             failures += ctx[i].failures;
             checks += ctx[i].checks;
+            zc_reads += ctx[i].zc_reads;
             chorusCommDestroy(comms_g[i]);
         }
         free(tid);
         free(ctx);
         free(comms_g);
     } else if (env) {
-        if (env_main(&failures, &checks, &me) != 0)
+        if (env_main(&failures, &checks, &zc_reads, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -445,16 +479,23 @@ int main(int argc, char **argv)
                     chorusGetLastError(NULL));
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        ctx_t c = {me, nranks_g, comm, 0, 0};
+        ctx_t c = {me, nranks_g, comm, 0, 0, 0};
         run_matrix(&c);
         chorusCommDestroy(comm);
         MPI_Allreduce(&c.failures, &failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.checks, &checks, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.zc_reads, &zc_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Finalize();
 #else
         fprintf(stderr, "built without MPI: use --threads N or --env\n");
         return 2;
 #endif
+    }
+    if (memalloc_mode && nranks_g > 1 && zc_reads == 0) {
+        if (me == 0)
+            printf("FAIL --memalloc: no rank read a peer's chorusMemAlloc buffer in place (is "
+                   "CHORUS_ALGO a direct algorithm, and zero-copy on? see CHORUS_DEBUG=INFO)\n");
+        failures++;
     }
     if (me == 0) {
         printf("%s: %d ranks (%s), counts", failures ? "FAIL" : "PASS", nranks_g,
@@ -463,7 +504,10 @@ int main(int argc, char **argv)
                        : "processes");
         for (int i = 0; i < ncounts; i++)
             printf(" %zu", counts[i]);
-        printf(": %ld checks, %ld failures\n", checks, failures);
+        printf(": %ld checks, %ld failures", checks, failures);
+        if (memalloc_mode)
+            printf(", %ld pieces read in place", zc_reads);
+        printf("\n");
     }
     return failures ? 1 : 0;
 }
