@@ -93,11 +93,12 @@ typedef struct direct_hdr {
 /* Zero-copy: where a rank's input lies when its peers read it in place (chorusMemAlloc memory),
  * carried in the payload of its ready flag: the region's number in the owner's process (never 0),
  * the data's offset in the region and its address there, and the region's memfd there (a peer
- * maps /proc/<pid>/fd/<fd>). */
+ * maps /proc/<pid>/fd/<fd>) with its inode number (the peer checks it opened that memfd). */
 typedef struct mem_ref {
     uint64_t id;
     uint64_t offset;
     uint64_t addr;
+    uint64_t ino;
     int32_t fd;
     int32_t reserved;
 } mem_ref_t;

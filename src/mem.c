@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,6 +67,7 @@ typedef struct mem_region {
     size_t nbytes; /* mapped: nbytes asked for, rounded up to pages */
     int fd;
     uint64_t id;
+    uint64_t ino; /* the memfd's inode number: peers check what they opened */
     struct mem_region *next;
 } mem_region_t;
 
@@ -80,7 +82,8 @@ int mem_find_region(const void *ptr, size_t nbytes, mem_ref_t *ref)
     pthread_mutex_lock(&regions_lock);
     for (mem_region_t *r = regions; r != NULL && !found; r = r->next) {
         if (p >= r->base && nbytes <= r->nbytes && (size_t)(p - r->base) <= r->nbytes - nbytes) {
-            *ref = (mem_ref_t){r->id, (uint64_t)(p - r->base), (uint64_t)(uintptr_t)p, r->fd, 0};
+            *ref = (mem_ref_t){
+                r->id, (uint64_t)(p - r->base), (uint64_t)(uintptr_t)p, r->ino, r->fd, 0};
             found = 1;
         }
     }
@@ -102,10 +105,11 @@ chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes)
     size_t mapped = (nbytes + page - 1) / page * page;
     mem_region_t *r = calloc(1, sizeof(*r));
     int fd = r != NULL ? memfd_create("chorus-mem", MFD_CLOEXEC) : -1;
-    if (fd >= 0 && ftruncate(fd, (off_t)mapped) == 0) {
+    struct stat st;
+    if (fd >= 0 && ftruncate(fd, (off_t)mapped) == 0 && fstat(fd, &st) == 0) {
         void *base = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (base != MAP_FAILED) {
-            *r = (mem_region_t){base, mapped, fd, 0, NULL};
+            *r = (mem_region_t){base, mapped, fd, 0, (uint64_t)st.st_ino, NULL};
             pthread_mutex_lock(&regions_lock);
             r->id = ++last_region_id;
             r->next = regions;

@@ -81,6 +81,14 @@ static int same_process(chorusComm_t comm, int r)
     return p->pid == me->pid && p->machine_hash == me->machine_hash && p->pid_ns == me->pid_ns;
 }
 
+/* A pid of rank r means the same process here: same machine, same pid namespace. */
+static int pid_visible(chorusComm_t comm, int r)
+{
+    const peer_info_t *p = &comm->peers[r], *me = &comm->peers[comm->rank];
+    return p->machine_hash == me->machine_hash && p->pid_ns == me->pid_ns && p->pid_ns != 0 &&
+           p->pid > 0;
+}
+
 /* Open rank r's fd through /proc: -1 with errno when this rank may not. */
 static int open_peer_fd(chorusComm_t comm, int r, int fd)
 {
@@ -106,14 +114,15 @@ static const char *zc_map(void *arg, int r, const mem_ref_t *ref, size_t nbytes)
     if (m == NULL) {
         int fd = open_peer_fd(comm, r, ref->fd);
         struct stat st;
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            int e = errno;
+        if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_ino != ref->ino) {
+            int e = fd < 0 ? errno : 0;
             if (fd >= 0)
                 close(fd);
             ERR(chorusSystemError, SUB_COLL,
                 "zero-copy: cannot open rank %d's chorusMemAlloc memory (/proc/%d/fd/%d): %s; "
                 "CHORUS_ZCOPY=0 turns zero-copy off",
-                r, (int)comm->peers[r].pid, ref->fd, strerror(e));
+                r, (int)comm->peers[r].pid, ref->fd,
+                e ? strerror(e) : "it names another file than the rank's memfd");
             return NULL;
         }
         void *base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
@@ -212,11 +221,15 @@ chorusResult_t window_connect(chorusComm_t comm)
         if (r == me)
             continue;
         if (zc_ok && !same_process(comm, r)) {
-            int fd = cards[r].probe_fd >= 0 ? open_peer_fd(comm, r, cards[r].probe_fd) : -1;
+            /* Another pid namespace (containers sharing /dev/shm): its pids mean nothing here. */
+            int fd = cards[r].probe_fd >= 0 && pid_visible(comm, r)
+                         ? open_peer_fd(comm, r, cards[r].probe_fd)
+                         : -1;
             if (fd < 0 && cards[r].probe_fd >= 0)
                 INFO(SUB_INIT,
                      "zero-copy off: rank %d cannot open rank %d's memfd through /proc/%d/fd: %s",
-                     me, r, (int)comm->peers[r].pid, strerror(errno));
+                     me, r, (int)comm->peers[r].pid,
+                     pid_visible(comm, r) ? strerror(errno) : "another pid namespace");
             zc_ok = fd >= 0;
             if (fd >= 0)
                 close(fd);
