@@ -355,6 +355,10 @@ void perf_report_row(perf_report_t *r, const perf_row_t *row)
     }
     REPORT_PRINT(r, "\n");
 
+    if (row->nbytes >= r->largest_nbytes) {
+        r->largest_nbytes = row->nbytes;
+        r->largest_busbw = row->oop.busbw;
+    }
     if (ratio > 0) {
         char desc[64];
         snprintf(desc, sizeof(desc), "%zu B %s", row->nbytes, perf_type_name(row->dtype));
@@ -406,6 +410,13 @@ int perf_report_finish(perf_report_t *r, long long errors)
         REPORT_PRINT(r, "# MPI/Chorus time ratio: no row has an MPI time (half and bfloat16 have "
                         "no MPI datatype)\n");
     }
+    if (r->memcpy_gbps > 0) {
+        REPORT_PRINT(r,
+                     "# Single-core memcpy  : %.2f GB/s at %zu bytes (rank 0); busbw there %.2f "
+                     "GB/s, %.0f%% of it\n",
+                     r->memcpy_gbps, r->largest_nbytes, r->largest_busbw,
+                     100.0 * r->largest_busbw / r->memcpy_gbps);
+    }
     REPORT_PRINT(r, "#\n");
     if (f == NULL) {
         return 0;
@@ -428,6 +439,18 @@ int perf_report_finish(perf_report_t *r, long long errors)
         json_num(f, r->max_ratio);
         fputs(", \"max_row\": ", f);
         json_str(f, r->max_row);
+        fputc('}', f);
+    } else {
+        fputs("null", f);
+    }
+    fputs(", \"memcpy\": ", f);
+    if (r->memcpy_gbps > 0) {
+        fprintf(f, "{\"nbytes\": %zu, \"gbps\": ", r->largest_nbytes);
+        json_num(f, r->memcpy_gbps);
+        fputs(", \"busbw\": ", f);
+        json_num(f, r->largest_busbw);
+        fputs(", \"busbw_fraction\": ", f);
+        json_num(f, r->largest_busbw / r->memcpy_gbps);
         fputc('}', f);
     } else {
         fputs("null", f);
