@@ -318,6 +318,21 @@ static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_a
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         CHECK(piece_begin(p, v, &s));
+        if (len * es <= sizeof(hdr(v, me)->ready[0].payload)) {
+            /* Small: the data rides in the ready flag's cache line. */
+            fifo_flag_t *mine = &hdr(v, me)->ready[s & 1];
+            memcpy(mine->payload, in + off * es, len * es);
+            fifo_set_flag(mine, s);
+            for (int k = 0; k < n; k++) {
+                int r = (me + k) % n;
+                if (r != me)
+                    CHECK(wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
+                memcpy((char *)a->recvbuff + ((size_t)r * a->count + off) * es,
+                       hdr(v, r)->ready[s & 1].payload, len * es);
+            }
+            fifo_set_flag(&hdr(v, me)->done, s);
+            continue;
+        }
         if (zc) {
             publish_ready(v, s, &zref, off * es);
         } else {
@@ -354,6 +369,20 @@ static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v, const co
         size_t len = a->count - off < per ? a->count - off : per;
         uint64_t s;
         CHECK(piece_begin(p, v, &s));
+        if ((size_t)n * len * es <= sizeof(hdr(v, me)->ready[0].payload)) {
+            /* Small: all n parts ride in the ready flag's cache line, part r at r * len. */
+            fifo_flag_t *mine = &hdr(v, me)->ready[s & 1];
+            for (int r = 0; r < n; r++)
+                memcpy(mine->payload + (size_t)r * len * es,
+                       (const char *)a->sendbuff + ((size_t)r * a->count + off) * es, len * es);
+            fifo_set_flag(mine, s);
+            CHECK(wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
+            for (int r = 0; r < n; r++)
+                srcs[r] = (char *)hdr(v, r)->ready[s & 1].payload + (size_t)me * len * es;
+            reduce_list(p, (char *)a->recvbuff + off * es, srcs, n, len);
+            fifo_set_flag(&hdr(v, me)->done, s);
+            continue;
+        }
         /* Part r of this rank's input lands at r * len in its buffer. */
         for (int r = 0; r < n; r++)
             p->ops->copy(buf(v, me, s) + (size_t)r * len * es,

@@ -45,6 +45,12 @@ function(chorus_perftests_add_tests run)
     TIMEOUT 120 LABELS perf mpi
     ENV CHORUS_PERF_TIMEOUT=90 MALLOC_MMAP_MAX_=0 CHORUS_PERF_JSON_ROWS=50
       CHORUS_PERF_JSON_ENV=MALLOC_MMAP_MAX_=0)
+  # -R 1: chorusMemAlloc buffers, which the direct algorithms read in place (zero-copy) from
+  # 512 KiB; MPI on the same buffers. 512K .. 4M by 2: 4 sizes x 10 dtypes = 40 rows.
+  chorus_add_test(NAME perf_all_reduce_memalloc
+    COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 512K -e 4M -f 2 -d all
+      -o sum -n 3 -w 1 -R 1 --compare mpi
+    TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=40)
   # --compare mpi for each other collective: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast,
   # MPI_Reduce, MPI_Alltoall, MPI_Sendrecv, every dtype, with (-z 1) and without a barrier after
   # each call. 8 B .. 32K by 8: 5 sizes x 10 dtypes, x 2 roots (-r -1 on 2 ranks) when rooted.
