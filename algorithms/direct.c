@@ -122,6 +122,16 @@ static void publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *r
     fifo_set_flag(f, s);
 }
 
+/* Publish this rank's input of piece s, len elements from element off of in: in place at ref
+ * (zero-copy), or copied into its window buffer (ref NULL). */
+static void publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const mem_ref_t *ref,
+                          const char *in, size_t off, size_t len)
+{
+    if (ref == NULL)
+        p->ops->copy(buf(v, v->rank, s), in + off * p->esize, len * p->esize);
+    publish_ready(v, s, ref, off * p->esize);
+}
+
 /* Rank r's input of piece s, nbytes, once its ready flag is seen: its window buffer, or its own
  * memory read in place (this rank's: mine, when it exposed it). */
 static chorusResult_t input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
@@ -201,12 +211,7 @@ static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_a
             fifo_set_flag(&hdr(v, me)->done, s);
             continue;
         }
-        if (zc) {
-            publish_ready(v, s, &zref, off * es);
-        } else {
-            p->ops->copy(buf(v, me, s), in + off * es, len * es);
-            publish_ready(v, s, NULL, 0);
-        }
+        publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
         CHECK(wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
         for (int r = 0; r < n; r++)
             CHECK(input_of(v, r, s, zc ? in + off * es : NULL, len * es, &srcs[r]));
@@ -255,12 +260,7 @@ static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_a
         CHECK(piece_begin(p, v, &s));
         char *out = (char *)a->recvbuff + off * es;
         if (me == root) {
-            if (zc) {
-                publish_ready(v, s, &zref, off * es);
-            } else {
-                p->ops->copy(buf(v, me, s), in + off * es, len * es);
-                publish_ready(v, s, NULL, 0);
-            }
+            publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
             if (out != in + off * es)
                 p->ops->copy(out, in + off * es, len * es);
         } else {
@@ -288,12 +288,7 @@ static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const coll_args
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         CHECK(piece_begin(p, v, &s));
-        if (zc) {
-            publish_ready(v, s, &zref, off * es);
-        } else {
-            p->ops->copy(buf(v, me, s), in + off * es, len * es);
-            publish_ready(v, s, NULL, 0);
-        }
+        publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
         if (me == root) {
             CHECK(wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
             for (int r = 0; r < n; r++)
@@ -333,12 +328,7 @@ static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_a
             fifo_set_flag(&hdr(v, me)->done, s);
             continue;
         }
-        if (zc) {
-            publish_ready(v, s, &zref, off * es);
-        } else {
-            p->ops->copy(buf(v, me, s), in + off * es, len * es);
-            publish_ready(v, s, NULL, 0);
-        }
+        publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
         for (int k = 0; k < n; k++) {
             int r = (me + k) % n;
             char *src = NULL;
