@@ -138,6 +138,7 @@ chorusResult_t chorusMemFree(void *ptr)
 {
     debug_clear_error();
     mem_region_t *found = NULL;
+    int inside = 0;
     pthread_mutex_lock(&regions_lock);
     for (mem_region_t **pp = &regions; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->base == ptr) {
@@ -145,8 +146,14 @@ chorusResult_t chorusMemFree(void *ptr)
             *pp = found->next;
             break;
         }
+        inside |= (char *)ptr > (*pp)->base && (char *)ptr < (*pp)->base + (*pp)->nbytes;
     }
     pthread_mutex_unlock(&regions_lock);
+    if (found == NULL && inside)
+        return ERR(chorusInvalidArgument, SUB_ALLOC,
+                   "chorusMemFree: %p lies inside a chorusMemAlloc buffer but is not its start "
+                   "(pass the pointer chorusMemAlloc returned)",
+                   ptr);
     if (found == NULL) {
         free(ptr); /* plain memory (or NULL) */
         return chorusSuccess;

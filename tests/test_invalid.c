@@ -17,6 +17,8 @@
  * 4 MiB alone; it must get chorusTimeout or chorusRemoteError in bounded time (not hang), the
  * async error must report it, the next call must be refused with chorusInvalidUsage naming the
  * abort (buffers untouched), and both ranks then destroy without hanging.
+ * chorusMemAlloc/chorusMemFree: NULL ptr and 0 bytes refused; freeing a pointer inside a buffer
+ * but not its start refused with chorusInvalidArgument (the buffer stays usable and is freed).
  * Malformed environment: each bad CHORUS_* value makes init (and chorusGetUniqueId, and
  * chorusCommInitAll) fail with chorusInvalidArgument and a message naming the variable; once
  * unset, init with the same id succeeds.
@@ -575,6 +577,30 @@ static void run_env(void)
                            "naming the variable; init works once they are unset");
 }
 
+/* chorusMemAlloc and chorusMemFree: bad arguments are refused, the buffer is not harmed. */
+static void run_memalloc(void)
+{
+    void *p = NULL;
+    if (chorusMemAlloc(NULL, 64) != chorusInvalidArgument)
+        FAIL("chorusMemAlloc(NULL, 64) was not refused with chorusInvalidArgument");
+    if (chorusMemAlloc(&p, 0) != chorusInvalidArgument)
+        FAIL("chorusMemAlloc(&p, 0) was not refused with chorusInvalidArgument");
+    if (chorusMemAlloc(&p, 8192) != chorusSuccess || p == NULL) {
+        FAIL("chorusMemAlloc(&p, 8192): %s", chorusGetLastError(NULL));
+        return;
+    }
+    memset(p, 0x5a, 8192);
+    chorusResult_t res = chorusMemFree((char *)p + 16);
+    if (res != chorusInvalidArgument || strstr(chorusGetLastError(NULL), "chorusMemFree") == NULL)
+        FAIL("chorusMemFree(p + 16) returned %s (want chorusInvalidArgument naming "
+             "chorusMemFree): %s",
+             chorusGetErrorString(res), chorusGetLastError(NULL));
+    if (((unsigned char *)p)[8191] != 0x5a)
+        FAIL("the buffer changed after the refused chorusMemFree");
+    if (chorusMemFree(p) != chorusSuccess)
+        FAIL("chorusMemFree(p): %s", chorusGetLastError(NULL));
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -589,6 +615,7 @@ int main(void)
     run_count0();
     run_group();
     run_init_args();
+    run_memalloc();
     harness_destroy_all(comms, NRANKS);
     run_aborted();
     run_env();
