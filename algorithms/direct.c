@@ -192,8 +192,7 @@ static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_a
     const char *in = a->sendbuff;
     char *srcs[DIRECT_MAX_RANKS];
     mem_ref_t zref;
-    int zc = nbytes > sizeof(hdr(v, me)->ready[0].payload) &&
-             zc_expose(v, in, nbytes, a->recvbuff, nbytes, &zref);
+    int zc = zc_expose(v, in, nbytes, a->recvbuff, nbytes, &zref);
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
