@@ -111,7 +111,11 @@ static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers, const uin
         if (v >= target)
             return chorusSuccess;
         int64_t now = fifo_now_ns();
-        if (__atomic_load_n(error, __ATOMIC_ACQUIRE)) {
+        /* The counter again after the flag: the proxy publishes the last slot the wire finished
+         * before it fails the connection (a peer that closed after its last send), and that
+         * slot may be the one awaited here. */
+        if (__atomic_load_n(error, __ATOMIC_ACQUIRE) &&
+            __atomic_load_n(counter, __ATOMIC_ACQUIRE) < target) {
             fifo_note_failure(w, FAIL_CONN, w->peer, transport, now - start);
             return ERR(chorusRemoteError, SUB_COLL,
                        "wait for %s of peer rank %d stopped: the %s connection failed", what,

@@ -232,7 +232,9 @@ void prims_local_copy(prims_t *p, const void *src, void *dst, size_t count, int 
 chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *src, size_t nbytes,
                               size_t *done_p)
 {
-    if (*done_p < nbytes && !fifo_can_send(c) && fifo_failed(c))
+    /* The failure flag first, then the counter: the proxy publishes what the wire finished
+     * before it fails the connection, so data that came in ahead of a failure is still used. */
+    if (*done_p < nbytes && fifo_failed(c) && !fifo_can_send(c))
         return ERR(chorusRemoteError, SUB_P2P, "the connection to peer rank %d failed", c->peer);
     while (*done_p < nbytes && fifo_can_send(c)) {
         size_t n = nbytes - *done_p < c->slot_nbytes ? nbytes - *done_p : c->slot_nbytes;
@@ -247,7 +249,7 @@ chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *sr
 chorusResult_t prims_try_recv(conn_t *c, const memops_ops_t *ops, char *dst, size_t nbytes,
                               size_t *done_p)
 {
-    if (*done_p < nbytes && !fifo_can_recv(c) && fifo_failed(c))
+    if (*done_p < nbytes && fifo_failed(c) && !fifo_can_recv(c)) /* in that order: see above */
         return ERR(chorusRemoteError, SUB_P2P, "the connection from peer rank %d failed", c->peer);
     while (*done_p < nbytes && fifo_can_recv(c)) {
         size_t want = nbytes - *done_p < c->slot_nbytes ? nbytes - *done_p : c->slot_nbytes;
