@@ -205,38 +205,38 @@ chorusResult_t comm_op_started(chorusComm_t comm, const char *fn)
                : ERR(chorusInvalidUsage, SUB_COLL, "%s: the communicator was aborted", fn);
 }
 
-/* The decrement and the wake-up are under state_lock, which a waiter in comm_wait_idle must
- * take again before it can return and let the communicator be freed. */
+/* The decrement is the call's last touch of comm: a waiter in comm_wait_idle that sees the count
+ * reach 0 may free the communicator at once. A failure is recorded under state_lock before it. */
 void comm_op_finished(chorusComm_t comm, chorusResult_t res)
 {
-    pthread_mutex_lock(&comm->state_lock);
     if (res != chorusSuccess) {
+        pthread_mutex_lock(&comm->state_lock);
         /* The FIFOs are mid-message: the communicator cannot be used again. */
         if (comm->async_error == chorusSuccess)
             comm->async_error = res;
         snprintf(comm->last_error, sizeof(comm->last_error), "%s", debug_last_error());
         __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&comm->state_lock);
     }
-    if (__atomic_sub_fetch(&comm->queued, 1, __ATOMIC_SEQ_CST) == 0)
-        pthread_cond_broadcast(&comm->state_cv);
-    pthread_mutex_unlock(&comm->state_lock);
+    __atomic_sub_fetch(&comm->queued, 1, __ATOMIC_RELEASE);
 }
 
+/* Polls (no condition variable: signalling one would touch comm after the decrement). The first
+ * polls are 50 us apart, so a destroy right after the last call returns at once. */
 chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000 + 1;
-    chorusResult_t res = chorusSuccess;
-    pthread_mutex_lock(&comm->state_lock);
-    while (__atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST) > 0 && res == chorusSuccess)
-        if (pthread_cond_timedwait(&comm->state_cv, &comm->state_lock, &ts) != 0 &&
-            __atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST) > 0)
-            res = ERR(chorusTimeout, SUB_INIT,
-                      "%d operation(s) of the communicator did not finish within %lld ms",
-                      __atomic_load_n(&comm->queued, __ATOMIC_SEQ_CST), (long long)timeout_ms);
-    pthread_mutex_unlock(&comm->state_lock);
-    return res;
+    int64_t start = fifo_now_ns(), nap_ns = 50000;
+    while (__atomic_load_n(&comm->queued, __ATOMIC_ACQUIRE) > 0) {
+        if (fifo_now_ns() - start > (timeout_ms + 1000) * 1000000)
+            return ERR(chorusTimeout, SUB_INIT,
+                       "%d operation(s) of the communicator did not finish within %lld ms",
+                       __atomic_load_n(&comm->queued, __ATOMIC_ACQUIRE), (long long)timeout_ms);
+        struct timespec ts = {0, nap_ns};
+        nanosleep(&ts, NULL);
+        if (nap_ns < 1000000)
+            nap_ns *= 2;
+    }
+    return chorusSuccess;
 }
 
 chorusResult_t chorusCommFinalize(chorusComm_t comm)

@@ -98,9 +98,8 @@ struct chorusComm {
     int in_op; /* an operation is running */
     uint32_t status_queries; /* status exchanges this rank started */
     int queued; /* operations issued and not yet finished (streams included); atomic reads,
-                 * counted up under the registry lock, down under state_lock */
-    pthread_mutex_t state_lock; /* guards async_error, last_error, queued's decrement */
-    pthread_cond_t state_cv;
+                 * counted up under the registry lock; the decrement is a call's last touch */
+    pthread_mutex_t state_lock; /* guards async_error, last_error, failure */
     char last_error[1024];
 };
 

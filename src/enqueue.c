@@ -438,7 +438,9 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
                 p2p[np2p++] = ops[i];
         } else if (ops[i].args.count > 0) {
             /* Every rank numbers its collectives alike: the number names the stuck one. */
-            seq = __atomic_add_fetch(&comm->coll_entered, 1, __ATOMIC_ACQ_REL);
+            /* One writer (under exec_lock): a store, not a locked add. */
+            seq = __atomic_load_n(&comm->coll_entered, __ATOMIC_RELAXED) + 1;
+            __atomic_store_n(&comm->coll_entered, seq, __ATOMIC_RELEASE);
             last = i;
             res = run_coll(comm, &ops[i].args);
             ran = 1;

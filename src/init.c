@@ -298,7 +298,6 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     comm->nranks = nranks;
     pthread_mutex_init(&comm->exec_lock, NULL);
     pthread_mutex_init(&comm->state_lock, NULL);
-    pthread_cond_init(&comm->state_cv, NULL);
     CHECK_GOTO(params_load(&comm->params), res, err);
     CHECK_GOTO(apply_config(comm, config), res, err);
     CHECK_GOTO(check_fifo_params(&comm->params), res, err);
@@ -391,7 +390,6 @@ void comm_free(chorusComm_t comm)
     free(comm->p2p_recv);
     pthread_mutex_destroy(&comm->exec_lock);
     pthread_mutex_destroy(&comm->state_lock);
-    pthread_cond_destroy(&comm->state_cv);
     comm->magic = COMM_DEAD_MAGIC;
     free(comm);
 }
