@@ -73,19 +73,117 @@ static chorusResult_t wait_all(prims_t *p, const direct_view_t *v, size_t off, u
     return chorusSuccess;
 }
 
-/* Start piece s: wait until every rank has finished reading buffer s % 2 (piece s - 2). A done
- * flag read once covers the pieces it is ahead by: most calls read none. */
-static chorusResult_t piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p)
+/* Start piece s: wait until every rank has finished reading piece s - lag, whose buffer (lag 2:
+ * s % 2) or LL slot (lag DIRECT_LL_SLOTS: s % DIRECT_LL_SLOTS) piece s reuses. A done flag read
+ * once covers the pieces it is ahead by: most calls read none. */
+static chorusResult_t piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p, uint64_t lag)
 {
     uint64_t s = ++*v->seq;
     *s_p = s;
-    for (int k = 1; s > 2 && k < v->nranks; k++) {
+    for (int k = 1; s > lag && k < v->nranks; k++) {
         int r = (v->rank + k) % v->nranks;
-        if (v->done_seen[r] >= s - 2)
+        if (v->done_seen[r] >= s - lag)
             continue;
-        CHECK(wait_flag(p, v, r, OFF_DONE, s - 2, "direct window done flag"));
+        CHECK(wait_flag(p, v, r, OFF_DONE, s - lag, "direct window done flag"));
         v->done_seen[r] = __atomic_load_n(&hdr(v, r)->done.value, __ATOMIC_ACQUIRE);
     }
+    return chorusSuccess;
+}
+
+/*
+ * LL pieces (up to DIRECT_LL_NBYTES): the data goes as 8-byte words, 4 data bytes beside the low
+ * 32 bits of the piece number, into the writer's LL slot s % DIRECT_LL_SLOTS. A reader loads
+ * every word of the piece in one pass, so their lines cross between cores together, and has the
+ * data when each word carries its piece number (no flag to see first, then the data); it passes
+ * again until then. The writer sets its ready flag after the words, and a reader that spun too
+ * long sleeps on it. Eight slots let a rank that only writes (broadcast root, reduce non-root)
+ * run up to 8 pieces ahead.
+ */
+#define LL_LAG DIRECT_LL_SLOTS
+#define LL_PART_WORDS(nbytes) (((nbytes) + 3) / 4)
+
+/* Write nparts parts of part_nbytes each (part k at src + k * stride) as LL words of piece s,
+ * part k from word k * LL_PART_WORDS(part_nbytes); then the ready flag. */
+static void ll_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
+                     size_t part_nbytes, size_t stride)
+{
+    uint64_t *w = hdr(v, v->rank)->ll[s % DIRECT_LL_SLOTS];
+    uint64_t tag = (uint64_t)(uint32_t)s << 32;
+    size_t pw = LL_PART_WORDS(part_nbytes), full = part_nbytes / 4;
+    for (int k = 0; k < nparts; k++, w += pw) {
+        const char *b = src + (size_t)k * stride;
+        for (size_t i = 0; i < full; i++) {
+            uint32_t d;
+            memcpy(&d, b + 4 * i, 4);
+            __atomic_store_n(&w[i], tag | d, __ATOMIC_RELAXED);
+        }
+        if (full < pw) { /* a part word: 1 to 3 bytes */
+            uint32_t d = 0;
+            memcpy(&d, b + 4 * full, part_nbytes - 4 * full);
+            __atomic_store_n(&w[full], tag | d, __ATOMIC_RELAXED);
+        }
+    }
+    /* Once every 2^31 pieces the whole slot is written: no word is then ever 2^32 pieces old,
+     * so none can carry a stale number that matches s in 32 bits. */
+    uint64_t *slot = hdr(v, v->rank)->ll[s % DIRECT_LL_SLOTS];
+    if (((uint32_t)s & 0x7fffffffu) < DIRECT_LL_SLOTS)
+        for (uint64_t *x = slot + pw * (size_t)nparts; x < slot + DIRECT_LL_WORDS; x++)
+            __atomic_store_n(x, tag, __ATOMIC_RELAXED);
+    fifo_set_flag(&hdr(v, v->rank)->ready[s & 1], s);
+}
+
+/* Read nbytes of rank r's LL words of piece s, from word first, into dst: passes over the words
+ * until all carry s, then sleeps on r's ready flag (set after them). */
+static chorusResult_t ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t first,
+                              void *dst, size_t nbytes)
+{
+    const uint64_t *w = hdr(v, r)->ll[s % DIRECT_LL_SLOTS] + first;
+    uint32_t tag = (uint32_t)s;
+    unsigned char *b = dst;
+    size_t full = nbytes / 4, nw = LL_PART_WORDS(nbytes);
+    int64_t polls = 0;
+    int flagged = 0;
+    for (;;) {
+        /* One pass over every word (their lines load together); again until all carry s. */
+        uint32_t bad = 0;
+        for (size_t i = 0; i < nw; i++) {
+            uint64_t x = __atomic_load_n(&w[i], __ATOMIC_RELAXED);
+            bad |= (uint32_t)(x >> 32) ^ tag;
+            uint32_t d = (uint32_t)x;
+            if (i < full)
+                memcpy(b + 4 * i, &d, 4);
+            else
+                memcpy(b + 4 * i, &d, nbytes - 4 * i);
+        }
+        if (bad == 0)
+            return chorusSuccess;
+        if (flagged)
+            return ERR(chorusInternalError, SUB_COLL,
+                       "rank %d published piece %llu but some of its LL words carry another "
+                       "piece",
+                       r, (unsigned long long)s);
+        if (++polls < p->wait.spin) {
+            fifo_cpu_relax();
+            continue;
+        }
+        CHECK(wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag (LL)"));
+        flagged = 1;
+    }
+}
+
+/* out = LL input of rank 0 op rank 1 op ... (rank order), each read from word first; avg's
+ * division last. */
+static chorusResult_t ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
+                                    void *out, size_t count)
+{
+    _Alignas(64) unsigned char tmp[DIRECT_LL_NBYTES];
+    CHECK(ll_read(p, v, 0, s, first, out, count * p->esize));
+    for (int r = 1; r < v->nranks; r++) {
+        CHECK(ll_read(p, v, r, s, first, tmp, count * p->esize));
+        p->ops->reduce(out, out, tmp, count, p->dtype, p->op);
+    }
+    if (p->divisor)
+        p->ops->divide(out, out, count, p->dtype, p->divisor);
     return chorusSuccess;
 }
 
@@ -196,9 +294,17 @@ static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_a
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        CHECK(piece_begin(p, v, &s));
+        int inline_ = len * es <= sizeof(hdr(v, me)->ready[0].payload);
+        int ll = !inline_ && len * es <= DIRECT_LL_NBYTES;
+        CHECK(piece_begin(p, v, &s, ll ? LL_LAG : 2));
         char *out = (char *)a->recvbuff + off * es;
-        if (len * es <= sizeof(hdr(v, me)->ready[0].payload)) {
+        if (ll) {
+            ll_write(v, s, in + off * es, 1, len * es, 0);
+            CHECK(ll_reduce_all(p, v, s, 0, out, len));
+            fifo_set_flag(&hdr(v, me)->done, s);
+            continue;
+        }
+        if (inline_) {
             /* Small: the data rides in the ready flag's cache line. */
             fifo_flag_t *mine = &hdr(v, me)->ready[s & 1];
             memcpy(mine->payload, in + off * es, len * es);
@@ -256,9 +362,19 @@ static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_a
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        CHECK(piece_begin(p, v, &s));
+        int ll = len * es <= DIRECT_LL_NBYTES;
+        CHECK(piece_begin(p, v, &s, ll ? LL_LAG : 2));
         char *out = (char *)a->recvbuff + off * es;
-        if (me == root) {
+        if (ll) {
+            /* The root writes and goes on: up to LL_LAG pieces ahead of the slowest reader. */
+            if (me == root) {
+                ll_write(v, s, in + off * es, 1, len * es, 0);
+                if (out != in + off * es)
+                    p->ops->copy(out, in + off * es, len * es);
+            } else {
+                CHECK(ll_read(p, v, root, s, 0, out, len * es));
+            }
+        } else if (me == root) {
             publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
             if (out != in + off * es)
                 p->ops->copy(out, in + off * es, len * es);
@@ -286,7 +402,16 @@ static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const coll_args
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        CHECK(piece_begin(p, v, &s));
+        if (len * es <= DIRECT_LL_NBYTES) {
+            /* A non-root writes and goes on: up to LL_LAG pieces ahead of the root. */
+            CHECK(piece_begin(p, v, &s, LL_LAG));
+            ll_write(v, s, in + off * es, 1, len * es, 0);
+            if (me == root)
+                CHECK(ll_reduce_all(p, v, s, 0, (char *)a->recvbuff + off * es, len));
+            fifo_set_flag(&hdr(v, me)->done, s);
+            continue;
+        }
+        CHECK(piece_begin(p, v, &s, 2));
         publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
         if (me == root) {
             CHECK(wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
@@ -311,8 +436,25 @@ static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_a
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        CHECK(piece_begin(p, v, &s));
-        if (len * es <= sizeof(hdr(v, me)->ready[0].payload)) {
+        int inline_ = len * es <= sizeof(hdr(v, me)->ready[0].payload);
+        int ll = !inline_ && len * es <= DIRECT_LL_NBYTES;
+        CHECK(piece_begin(p, v, &s, ll ? LL_LAG : 2));
+        if (ll) {
+            ll_write(v, s, in + off * es, 1, len * es, 0);
+            for (int k = 0; k < n; k++) {
+                int r = (me + k) % n;
+                char *dst = (char *)a->recvbuff + ((size_t)r * a->count + off) * es;
+                if (r == me) {
+                    if (dst != in + off * es)
+                        memcpy(dst, in + off * es, len * es);
+                } else {
+                    CHECK(ll_read(p, v, r, s, 0, dst, len * es));
+                }
+            }
+            fifo_set_flag(&hdr(v, me)->done, s);
+            continue;
+        }
+        if (inline_) {
             /* Small: the data rides in the ready flag's cache line. */
             fifo_flag_t *mine = &hdr(v, me)->ready[s & 1];
             memcpy(mine->payload, in + off * es, len * es);
@@ -357,8 +499,18 @@ static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v, const co
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         uint64_t s;
-        CHECK(piece_begin(p, v, &s));
-        if ((size_t)n * len * es <= sizeof(hdr(v, me)->ready[0].payload)) {
+        int inline_ = (size_t)n * len * es <= sizeof(hdr(v, me)->ready[0].payload);
+        int ll = !inline_ && (size_t)n * LL_PART_WORDS(len * es) <= DIRECT_LL_WORDS;
+        CHECK(piece_begin(p, v, &s, ll ? LL_LAG : 2));
+        if (ll) {
+            /* Part r of this rank's input at word r * LL_PART_WORDS; rank i reduces part i. */
+            ll_write(v, s, (const char *)a->sendbuff + off * es, n, len * es, a->count * es);
+            CHECK(ll_reduce_all(p, v, s, (size_t)me * LL_PART_WORDS(len * es),
+                                (char *)a->recvbuff + off * es, len));
+            fifo_set_flag(&hdr(v, me)->done, s);
+            continue;
+        }
+        if (inline_) {
             /* Small: all n parts ride in the ready flag's cache line, part r at r * len. */
             fifo_flag_t *mine = &hdr(v, me)->ready[s & 1];
             for (int r = 0; r < n; r++)

@@ -33,15 +33,6 @@ int64_t fifo_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
-
 static inline uint32_t *low_word(uint64_t *counter)
 {
     /* The low 32 bits of a little-endian 64-bit counter. */
@@ -95,7 +86,7 @@ static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers, const uin
     for (int64_t i = 0; i < w->spin; i++) {
         if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
             return chorusSuccess;
-        cpu_relax();
+        fifo_cpu_relax();
     }
     int64_t start = fifo_now_ns();
     int64_t last_check = start;

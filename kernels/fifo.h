@@ -81,6 +81,16 @@ typedef struct conn {
     fifo_bell_t *bell; /* NULL unless a proxy serves the other side */
 } conn_t;
 
+/* One poll's pause in a spin loop. */
+static inline void fifo_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
 /* A sequence flag in shared memory (the direct algorithms' windows): one writer publishes
  * increasing values, any number of readers wait for a value, spinning then sleeping on the
  * futex like the FIFO counters (and with the same abort, deadline and liveness checks). */

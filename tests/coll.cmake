@@ -36,11 +36,13 @@ endif()
 # The direct algorithms (algorithms/direct.c: node-local windows) forced with CHORUS_ALGO, with
 # 4 KiB window buffers so the larger counts cross many pieces and both buffers; oneshot also
 # serves broadcast, reduce, all-gather and reduce-scatter, twoshot only all-reduce (the others
-# then run the ring). The large count runs with the default 1 MiB buffers.
+# then run the ring). 61 elements of 1 and 2 bytes go as LL words (up to 128 bytes; 61 bytes of
+# int8 end in a part word), as does the last piece of 4200 int8 elements (after full buffers).
+# The large count runs with the default buffers.
 foreach(algo oneshot twoshot)
   foreach(n 2 3 5 8)
     chorus_add_test(NAME coll_${algo}_threads_${n} TIMEOUT 300
-      COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 0,1,7,1031,5000
+      COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 0,1,7,61,1031,4200
       ENV CHORUS_ALGO=${algo} CHORUS_DIRECT_BUFFSIZE=4096)
   endforeach()
   chorus_add_test(NAME coll_${algo}_large_threads_4 TIMEOUT 600
@@ -51,7 +53,7 @@ foreach(algo oneshot twoshot)
       chorus_add_test(NAME coll_${algo}_mpi_${n} TIMEOUT 300
         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
                 -x CHORUS_ALGO=${algo} -x CHORUS_DIRECT_BUFFSIZE=4096
-                $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,1031,5000)
+                $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,61,1031,4200)
     endforeach()
   endif()
 endforeach()
