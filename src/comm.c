@@ -225,9 +225,10 @@ void comm_op_finished(chorusComm_t comm, chorusResult_t res)
  * polls are 50 us apart, so a destroy right after the last call returns at once. */
 chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms)
 {
-    int64_t start = fifo_now_ns(), nap_ns = 50000;
+    /* timeout_ms in whole seconds, plus one (900 ms: 1 s), as the timed wait before it had. */
+    int64_t deadline = fifo_now_ns() + (timeout_ms / 1000 + 1) * 1000000000, nap_ns = 50000;
     while (__atomic_load_n(&comm->queued, __ATOMIC_ACQUIRE) > 0) {
-        if (fifo_now_ns() - start > (timeout_ms + 1000) * 1000000)
+        if (fifo_now_ns() > deadline)
             return ERR(chorusTimeout, SUB_INIT,
                        "%d operation(s) of the communicator did not finish within %lld ms",
                        __atomic_load_n(&comm->queued, __ATOMIC_ACQUIRE), (long long)timeout_ms);
