@@ -96,6 +96,7 @@ typedef struct direct_hdr {
     fifo_flag_t done; /* it has read everything it reads of piece s */
     /* [s % DIRECT_LL_SLOTS]: a small piece s, each word (s mod 2^32) << 32 | 4 data bytes */
     _Alignas(64) uint64_t ll[DIRECT_LL_SLOTS][DIRECT_LL_WORDS];
+    uint64_t ll_fresh[DIRECT_LL_SLOTS]; /* the owner's own: when it last wrote a whole slot */
 } direct_hdr_t;
 _Static_assert(sizeof(direct_hdr_t) <= DIRECT_HDR_NBYTES, "direct window header too large");
 

@@ -123,12 +123,15 @@ static void ll_write(const direct_view_t *v, uint64_t s, const char *src, int np
             __atomic_store_n(&w[full], tag | d, __ATOMIC_RELAXED);
         }
     }
-    /* Once every 2^31 pieces the whole slot is written: no word is then ever 2^32 pieces old,
-     * so none can carry a stale number that matches s in 32 bits. */
+    /* The whole slot is written when it was last 2^31 pieces ago or more: every word then
+     * carries a number within 2^31 of s, so no stale one matches s in 32 bits. */
     uint64_t *slot = hdr(v, v->rank)->ll[s % DIRECT_LL_SLOTS];
-    if (((uint32_t)s & 0x7fffffffu) < DIRECT_LL_SLOTS)
+    uint64_t *fresh = &hdr(v, v->rank)->ll_fresh[s % DIRECT_LL_SLOTS];
+    if (s - *fresh >= (uint64_t)1 << 31) {
         for (uint64_t *x = slot + pw * (size_t)nparts; x < slot + DIRECT_LL_WORDS; x++)
             __atomic_store_n(x, tag, __ATOMIC_RELAXED);
+        *fresh = s;
+    }
     fifo_set_flag(&hdr(v, v->rank)->ready[s & 1], s);
 }
 
