@@ -497,10 +497,12 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
                 dpasses *= k->direct_dram_penalty;
             break;
         case COLL_BROADCAST:
-            /* The root waits for every rank's done flag of two pieces back where the chain's
-             * root only waits for a free FIFO slot: 2 ranks, 8 B-4 KiB, 0.5-0.7 us against the
+            /* Up to DIRECT_LL_NBYTES the root writes LL words and runs up to 8 pieces ahead:
+             * 2 ranks, 8-128 B, 0.35-0.45 us against the chain's 0.47-0.56 (6c26334). Above,
+             * the root waits for every rank's done flag of two pieces back where the chain's
+             * root only waits for a free FIFO slot: 8 B-4 KiB then took 0.5-0.7 us against the
              * chain's 0.2-0.3 us. */
-            rounds = 2.0;
+            rounds = nb <= DIRECT_LL_NBYTES ? 0.5 : 2.0;
             dpasses = 2.0 * nb;
             break;
         case COLL_REDUCE:
