@@ -62,8 +62,9 @@ typedef struct wait_ctx {
 
 /* A doorbell for a thread that serves FIFOs from the other side (the net transport's proxy): it
  * sleeps in poll() on fd with sleeping set, and every post on a FIFO with this bell writes fd
- * while sleeping is set. Posting stores the counter, then reads sleeping (both sequentially
- * consistent); the sleeper sets sleeping, then looks at the counters once more before it polls. */
+ * while sleeping is set. Posting stores the counter, then reads sleeping (the light fence
+ * between); the sleeper sets sleeping, then (the heavy fence between) looks at the counters once
+ * more before it polls. */
 typedef struct fifo_bell {
     uint32_t sleeping;
     int fd; /* eventfd */
@@ -139,5 +140,11 @@ int fifo_peer_gone(const wait_ctx_t *w, int peer, const char *transport, int64_t
                    int64_t waited_ns);
 /* Monotonic clock in ns. */
 int64_t fifo_now_ns(void);
+/* The two sides of a store-then-load handshake (fifo.c): a publisher stores, calls the light
+ * fence, then loads; a sleeper stores, calls the heavy fence, then loads. Setup registers the
+ * process for the heavy fence; it runs on first use, and init calls it early. */
+void fifo_fence_setup(void);
+void fifo_fence_light(void);
+void fifo_fence_heavy(void);
 
 #endif /* CHORUS_FIFO_H */

@@ -290,6 +290,7 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     chorusResult_t res;
     debug_set_rank(rank);
     CHECK(debug_init());
+    fifo_fence_setup(); /* off the first call's path (registers for membarrier) */
     chorusComm_t comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return ERR(chorusSystemError, SUB_INIT, "out of memory");

@@ -273,6 +273,7 @@ static void *proxy_main(void *arg)
             continue;
         }
         __atomic_store_n(&ns->bell.sleeping, 1, __ATOMIC_SEQ_CST);
+        fifo_fence_heavy(); /* pairs with the light fence of every post (fifo.c) */
         active = __atomic_load_n(&ns->active, __ATOMIC_SEQ_CST);
         if (progress_all(ns, active, &busy) || __atomic_load_n(&ns->stop, __ATOMIC_SEQ_CST)) {
             __atomic_store_n(&ns->bell.sleeping, 0, __ATOMIC_SEQ_CST);
