@@ -140,8 +140,9 @@ run_stage() {
     echo "== sanitize $name: build $dir (CHORUS_SANITIZE=$san)"
     # Without -Werror: gcc's warnings on instrumented code include false ones (-Wmaybe-uninitialized
     # on a buffer written before the call it flags); the plain build in test.sh enforces warnings.
+    # Without CUDA: the stages test host code, and the CUDA runtime is not built for sanitizers.
     mkdir -p "$dir"
-    cmake -S . -B "$dir" -DCHORUS_WERROR=OFF -DCHORUS_SANITIZE="$san" \
+    cmake -S . -B "$dir" -DCHORUS_WERROR=OFF -DCHORUS_SANITIZE="$san" -DCHORUS_ENABLE_CUDA=OFF \
         >"$dir/sanitize-configure.log" 2>&1 || {
         cat "$dir/sanitize-configure.log"
         echo "sanitize $name: configure FAILED" >&2

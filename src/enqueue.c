@@ -28,6 +28,16 @@ static int is_p2p(coll_kind_t kind)
     return kind == COLL_SEND || kind == COLL_RECV || kind == COLL_ALLTOALL;
 }
 
+#if CHORUS_HAVE_CUDA
+#define DEVICE_BUFFER_HINT                                                                         \
+    "which this version cannot take yet: its CUDA kernels are built, but collectives do not run "  \
+    "on device buffers before the device executor comes (pass host memory)"
+#else
+#define DEVICE_BUFFER_HINT                                                                         \
+    "but this build of Chorus has no CUDA support (rebuild with -DCHORUS_ENABLE_CUDA=ON, or pass " \
+    "host memory)"
+#endif
+
 static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf, size_t count,
                                    int rank)
 {
@@ -37,10 +47,8 @@ static chorusResult_t check_buffer(const char *fn, const char *name, const void 
         return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is NULL with count %zu", fn,
                    rank, name, count);
     if (mem_is_device(buf))
-        return ERR(chorusInvalidArgument, SUB_COLL,
-                   "%s (rank %d): %s is CUDA device memory, but this build of Chorus has no "
-                   "CUDA support (rebuild with -DCHORUS_ENABLE_CUDA=ON, or pass host memory)",
-                   fn, rank, name);
+        return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is CUDA device memory, %s",
+                   fn, rank, name, DEVICE_BUFFER_HINT);
     return chorusSuccess;
 }
 

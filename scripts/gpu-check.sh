@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# gpu-check.sh: every GPU test and GPU benchmark in one call, for a machine with a CUDA GPU (the
+# `device` machine of a session that is lent one; a few minutes on one H200).
+#
+# Builds with CUDA in build-gpu/ for the GPU it finds, runs the GPU tests (ctest label gpu: the
+# CUDA memops kernels against the host backend, memory-type detection with the real driver) and
+# the kernel benchmark (cuda_memops_perf: reduce traffic rate against the device's copy rate),
+# and writes each log and summary.txt under $OUT (default: gpu-check-out/).
+# GPU_CHECK_BUILD=<dir> uses a CUDA build tree made elsewhere instead (a GPU machine without
+# hwloc's headers: build here with -DCMAKE_CUDA_ARCHITECTURES=90, carry the tree, and set
+# LD_LIBRARY_PATH to where libhwloc.so.15 travels). Exit status: 0 when every test passed.
+#
+# Not in it yet, because they are not built yet (issue 8): collectives on device buffers, the
+# cuda_p2p transport (2- and 4-process collectives on one GPU), stream ordering, all_reduce_perf
+# on device buffers. The summary says so, so that nothing reads as skipped in silence.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+summary=$OUT/summary.txt
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+say "== gpu-check $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1; then
+    say "no GPU: nvidia-smi failed ($(head -1 "$OUT/gpu.txt"))"
+    exit 77
+fi
+say "gpu: $(head -1 "$OUT/gpu.txt")"
+
+build=${GPU_CHECK_BUILD:-}
+if [ -z "$build" ]; then
+    build=build-gpu
+    t0=$SECONDS
+    if cmake -S . -B "$build" -DCHORUS_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native \
+        -DCHORUS_BUILD_TRAINER=OFF >"$OUT/build.log" 2>&1 &&
+        cmake --build "$build" -j"$(nproc)" >>"$OUT/build.log" 2>&1; then
+        say "build: $build in $((SECONDS - t0)) s"
+    else
+        say "build: FAILED in $((SECONDS - t0)) s ($(grep -m1 -iE 'error|not found' "$OUT/build.log"))"
+        exit 1
+    fi
+else
+    say "build: using $build (GPU_CHECK_BUILD)"
+fi
+export LD_LIBRARY_PATH="$build:${LD_LIBRARY_PATH:-}"
+
+status=0
+for t in tests/test_cuda_memops tests/test_cuda_device_ptr; do
+    name=$(basename "$t")
+    t0=$SECONDS
+    timeout 300 "$build/$t" >"$OUT/$name.log" 2>&1
+    rc=$?
+    case $rc in
+    0) res=PASS ;;
+    77)
+        res="SKIP, but nvidia-smi sees a GPU"
+        status=1
+        ;;
+    *)
+        res="FAIL (exit $rc)"
+        status=1
+        ;;
+    esac
+    say "$name: $res in $((SECONDS - t0)) s: $(tail -1 "$OUT/$name.log")"
+done
+
+t0=$SECONDS
+if timeout 300 "$build/perftests/cuda_memops_perf" -b 1M -e 1G -f 4 -n 20 >"$OUT/cuda_memops_perf.log" 2>&1; then
+    say "cuda_memops_perf ($((SECONDS - t0)) s):"
+    sed 's/^/    /' "$OUT/cuda_memops_perf.log" | tee -a "$summary" >/dev/null
+    sed 's/^/    /' "$OUT/cuda_memops_perf.log"
+else
+    say "cuda_memops_perf: FAILED ($(tail -1 "$OUT/cuda_memops_perf.log"))"
+    status=1
+fi
+
+say "not built yet (issue 8): device-buffer collectives, cuda_p2p (2/4 processes on one GPU)," \
+    "stream ordering, all_reduce_perf on device buffers"
+say "== gpu-check: $([ $status = 0 ] && echo passed || echo FAILED)"
+exit $status

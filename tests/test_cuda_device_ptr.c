@@ -1,0 +1,88 @@
+/*
+ * test_cuda_device_ptr.c: memory-type detection with the real CUDA driver. A cudaMalloc'd buffer
+ * is refused with chorusInvalidArgument and a message naming the argument and CUDA (collectives on
+ * device buffers come with the device executor); host memory the driver knows (cudaMallocHost
+ * pinned, cudaMallocManaged) and plain malloc'd memory in a process where CUDA is loaded still
+ * work as host buffers, with exact results. Without a CUDA device it prints SKIP and exits 77.
+ */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chorus.h"
+
+static int expect_refused(chorusComm_t comm, const void *send, void *recv, const char *name)
+{
+    chorusResult_t res = chorusAllReduce(send, recv, 4, chorusFloat32, chorusSum, comm, NULL);
+    const char *msg = chorusGetLastError(comm);
+    if (res != chorusInvalidArgument || strstr(msg, name) == NULL || strstr(msg, "CUDA") == NULL) {
+        fprintf(stderr, "FAIL: device %s gave %d, \"%s\"\n", name, res, msg);
+        return 1;
+    }
+    printf("device %s refused: %s\n", name, msg);
+    return 0;
+}
+
+/* A host buffer the driver may know: 1-rank all-reduce out of place, then in place. */
+static int expect_works(chorusComm_t comm, float *buf, const char *what)
+{
+    for (int i = 0; i < 8; i++)
+        buf[i] = (float)(i + 1), buf[8 + i] = -1;
+    if (chorusAllReduce(buf, buf + 8, 8, chorusFloat32, chorusSum, comm, NULL) != chorusSuccess ||
+        chorusAllReduce(buf, buf, 8, chorusFloat32, chorusMax, comm, NULL) != chorusSuccess) {
+        fprintf(stderr, "FAIL: %s: %s\n", what, chorusGetLastError(comm));
+        return 1;
+    }
+    for (int i = 0; i < 8; i++) {
+        if (buf[8 + i] != (float)(i + 1) || buf[i] != (float)(i + 1)) {
+            fprintf(stderr, "FAIL: %s: element %d is %g/%g, want %d\n", what, i, buf[i], buf[8 + i],
+                    i + 1);
+            return 1;
+        }
+    }
+    printf("%s: used as host memory, exact\n", what);
+    return 0;
+}
+
+int main(void)
+{
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("SKIP: no CUDA device here (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0");
+        return 77;
+    }
+    float *dev = NULL, *pinned = NULL, *managed = NULL, *plain = malloc(16 * sizeof(float));
+    if (cudaMalloc((void **)&dev, 64) != cudaSuccess ||
+        cudaMallocHost((void **)&pinned, 16 * sizeof(float)) != cudaSuccess ||
+        cudaMallocManaged((void **)&managed, 16 * sizeof(float), cudaMemAttachGlobal) !=
+            cudaSuccess ||
+        plain == NULL) {
+        fprintf(stderr, "FAIL: allocations\n");
+        return 1;
+    }
+    chorusComm_t comm;
+    if (chorusCommInitAll(&comm, 1, NULL) != chorusSuccess) {
+        fprintf(stderr, "FAIL: init: %s\n", chorusGetLastError(NULL));
+        return 1;
+    }
+    int fails = 0;
+    fails += expect_refused(comm, dev, plain, "sendbuff");
+    fails += expect_refused(comm, plain, dev, "recvbuff");
+    fails += expect_works(comm, pinned, "cudaMallocHost memory");
+    fails += expect_works(comm, managed, "cudaMallocManaged memory");
+    fails += expect_works(comm, plain, "malloc'd memory");
+    if (chorusCommDestroy(comm) != chorusSuccess) {
+        fprintf(stderr, "FAIL: destroy\n");
+        fails++;
+    }
+    cudaFree(dev);
+    cudaFreeHost(pinned);
+    cudaFree(managed);
+    free(plain);
+    if (fails == 0)
+        printf("PASS: device buffers refused, driver-known host buffers used\n");
+    return fails == 0 ? 0 : 1;
+}
