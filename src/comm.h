@@ -99,6 +99,9 @@ struct chorusComm {
     uint32_t status_queries; /* status exchanges this rank started */
     int queued; /* operations issued and not yet finished (streams included); atomic reads,
                  * counted up under the registry lock; the decrement is a call's last touch */
+    void *stage_base; /* pinned arena for device buffers (cuda_stage.c), under exec_lock */
+    size_t stage_nbytes;
+    void *stage_ctx; /* the CUDA context that allocated it */
     pthread_mutex_t state_lock; /* guards async_error, last_error, failure */
     char last_error[1024];
 };
@@ -113,8 +116,10 @@ void window_close(chorusComm_t comm);
 /* One issued operation. */
 typedef struct comm_op {
     chorusComm_t comm;
-    chorusStream_t stream;
+    chorusStream_t stream; /* NULL (run by the caller) or a host stream */
     coll_args_t args;
+    int on_device; /* the buffers are CUDA device memory (cuda_stage.c) */
+    void *cuda_stream; /* then: the caller's cudaStream_t (NULL: the legacy default stream) */
 } comm_op_t;
 
 /* connect.c: build the given connection ends with the matching peers (collective over the ranks

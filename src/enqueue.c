@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "comm.h"
+#include "cuda_stage.h"
 #include "debug.h"
 
 static const char *coll_name(coll_kind_t kind)
@@ -28,32 +29,39 @@ static int is_p2p(coll_kind_t kind)
     return kind == COLL_SEND || kind == COLL_RECV || kind == COLL_ALLTOALL;
 }
 
-#if CHORUS_HAVE_CUDA
-#define DEVICE_BUFFER_HINT                                                                         \
-    "which this version cannot take yet: its CUDA kernels are built, but collectives do not run "  \
-    "on device buffers before the device executor comes (pass host memory)"
-#else
+/* A build without CUDA refuses device buffers; a CUDA build stages them (cuda_stage.c). */
 #define DEVICE_BUFFER_HINT                                                                         \
     "but this build of Chorus has no CUDA support (rebuild with -DCHORUS_ENABLE_CUDA=ON, or pass " \
     "host memory)"
-#endif
 
+/* dev/host count the buffers of each kind the call passes (for the mixing check). */
 static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf, size_t count,
-                                   int rank)
+                                   int rank, int *dev, int *host)
 {
     if (count == 0)
         return chorusSuccess;
     if (buf == NULL)
         return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is NULL with count %zu", fn,
                    rank, name, count);
-    if (mem_is_device(buf))
+    if (!mem_is_device(buf)) {
+        (*host)++;
+        return chorusSuccess;
+    }
+    if (!CHORUS_HAVE_CUDA)
         return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is CUDA device memory, %s",
                    fn, rank, name, DEVICE_BUFFER_HINT);
+    if (cuda_stage_missing() != NULL)
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): %s is CUDA device memory, but the loaded CUDA driver lacks %s "
+                   "(pass host memory, or update the driver)",
+                   fn, rank, name, cuda_stage_missing());
+    (*dev)++;
     return chorusSuccess;
 }
 
 /* Validate op completely; on success it may run. */
-static chorusResult_t check_op(const comm_op_t *op)
+/* on_device_p: set to 1 when the buffers are CUDA device memory. */
+static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
 {
     const coll_args_t *a = &op->args;
     const char *fn = coll_name(a->kind);
@@ -99,45 +107,57 @@ static chorusResult_t check_op(const comm_op_t *op)
                    "%s (rank %d): count %zu times the %zu-byte datatype%s overflows size_t", fn,
                    rank, a->count, esize, many ? " times nranks" : "");
     size_t nall = many ? a->count * (size_t)n : a->count;
+    int dev = 0, host = 0;
     switch (a->kind) {
     case COLL_ALLREDUCE:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
         break;
     case COLL_BROADCAST:
         if (rank == a->root)
-            CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+            CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
         break;
     case COLL_REDUCE:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
         if (rank == a->root)
-            CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+            CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
         break;
     case COLL_ALLGATHER:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank, &dev, &host));
         break;
     case COLL_REDUCESCATTER:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
         break;
     case COLL_ALLTOALL:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank, &dev, &host));
         break;
     case COLL_SEND:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
         break;
     case COLL_RECV:
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
         break;
     }
-    if (op->stream != NULL && !stream_is_host(op->stream))
+    if (dev > 0 && host > 0)
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): sendbuff and recvbuff mix CUDA device memory and host memory; "
+                   "pass both of one kind",
+                   fn, rank);
+    if (dev > 0 && op->stream != NULL && stream_is_host(op->stream))
+        return ERR(chorusInvalidArgument, SUB_COLL,
+                   "%s (rank %d): device buffers take a cudaStream_t (or NULL), not a host stream "
+                   "made by chorusStreamCreate",
+                   fn, rank);
+    if (dev == 0 && op->stream != NULL && !stream_is_host(op->stream))
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): stream is neither NULL nor a host stream made by "
-                   "chorusStreamCreate (CUDA streams need a build with CUDA)",
+                   "chorusStreamCreate (a cudaStream_t goes with device buffers)",
                    fn, rank);
+    *on_device_p = dev > 0;
     return chorusSuccess;
 }
 
@@ -425,6 +445,19 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     int ran = 0; /* res is the result of running an operation (not of refusing one) */
     memset(&comm->op_fail, 0, sizeof(comm->op_fail));
     __atomic_store_n(&comm->in_op, 1, __ATOMIC_RELEASE);
+    /* Device buffers: run on pinned host copies of them (cuda_stage.c). */
+    comm_op_t *user = ops, *staged = NULL;
+    for (int i = 0; i < n && staged == NULL && res == chorusSuccess; i++) {
+        if (!ops[i].on_device)
+            continue;
+        if ((staged = malloc(sizeof(comm_op_t) * n)) == NULL) {
+            res = ERR(chorusSystemError, SUB_COLL, "out of memory");
+            break;
+        }
+        memcpy(staged, ops, sizeof(comm_op_t) * n);
+        res = cuda_stage_in(comm, staged, n, coll_name(ops[i].args.kind));
+        ops = staged;
+    }
     transport_ops_begin(&comm->tc);
     for (int i = 0; i < n && res == chorusSuccess; i++) {
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE)) {
@@ -465,6 +498,8 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
         ran = 1;
     }
     transport_ops_end(&comm->tc);
+    if (res == chorusSuccess && staged != NULL)
+        res = cuda_stage_out(comm, user, staged, n, coll_name(user[0].args.kind));
     /* Turn what the waits saw into the error every rank reports, and tell the others. */
     if (res != chorusSuccess && ran) {
         if (seq != 0 && last >= 0)
@@ -474,6 +509,7 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     }
     __atomic_store_n(&comm->in_op, 0, __ATOMIC_RELEASE);
     free(p2p);
+    free(staged);
     pthread_mutex_unlock(&comm->exec_lock);
     return res;
 }
@@ -483,7 +519,14 @@ static chorusResult_t issue(comm_op_t *op)
     /* Counted before anything reads the communicator: a concurrent chorusCommAbort either
      * refuses this call here or waits for it before freeing the communicator. */
     CHECK(comm_op_started(op->comm, coll_name(op->args.kind)));
-    chorusResult_t res = check_op(op);
+    int on_device = 0;
+    chorusResult_t res = check_op(op, &on_device);
+    if (res == chorusSuccess && on_device) {
+        /* Staged through host memory in the caller's thread, in order on the CUDA stream. */
+        op->on_device = 1;
+        op->cuda_stream = op->stream;
+        op->stream = NULL;
+    }
     if (res == chorusSuccess && !group_active() && op->stream == NULL) {
         res = comm_exec(op->comm, op, 1);
         /* Records the error text in the communicator; after it, a concurrent chorusCommAbort
@@ -499,7 +542,7 @@ static chorusResult_t issue(comm_op_t *op)
 }
 
 #define OP(kind_, send_, recv_, count_, dtype_, op_, root_)                                        \
-    comm_op_t o = {comm, stream, {kind_, send_, recv_, count_, dtype_, op_, root_}};               \
+    comm_op_t o = {comm, stream, {kind_, send_, recv_, count_, dtype_, op_, root_}, 0, NULL};      \
     return issue(&o)
 
 chorusResult_t chorusAllReduce(const void *sendbuff, void *recvbuff, size_t count,

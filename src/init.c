@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "cuda_stage.h"
 #include "debug.h"
 
 static uint64_t fnv1a(const char *s, uint64_t h)
@@ -378,6 +379,7 @@ void comm_free(chorusComm_t comm)
         graph_free_ring(&comm->channels[c].ring);
     }
     window_close(comm);
+    cuda_stage_free(comm);
     for (int r = 0; comm->p2p_send && r < comm->nranks; r++) {
         comm_conn_close(&comm->p2p_send[r]);
         comm_conn_close(&comm->p2p_recv[r]);

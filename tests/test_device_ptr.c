@@ -1,5 +1,6 @@
 /*
- * test_device_ptr.c: a build without CUDA refuses a CUDA device pointer with
+ * test_device_ptr.c: a build without CUDA, or a CUDA build whose loaded driver lacks what staging
+ * needs (this fake one has only cuPointerGetAttribute), refuses a CUDA device pointer with
  * chorusInvalidArgument and a message naming the buffer, changes nothing, and stays usable.
  *
  * The driver is played by tests/support/fake_libcuda.c (soname libcuda.so.1), loaded first the
@@ -57,7 +58,7 @@ int main(int argc, char **argv)
         fails++;
     }
     chorusCommDestroy(comm);
-    printf("%s: device pointers refused by a build without CUDA; host buffers still work\n",
+    printf("%s: device pointers refused with a clear error; host buffers still work\n",
            fails ? "FAIL" : "PASS");
     return fails ? 1 : 0;
 }

@@ -1,0 +1,21 @@
+/*
+ * cuda_stage.h: collectives on CUDA device buffers, staged through pinned host memory
+ * (cuda_stage.c; CUDA builds only take device buffers, see enqueue.c).
+ */
+#ifndef CHORUS_CUDA_STAGE_H
+#define CHORUS_CUDA_STAGE_H
+
+#include "comm.h"
+
+/* NULL when the loaded CUDA driver has every function staging needs; else the first missing. */
+const char *cuda_stage_missing(void);
+/* Copy the device inputs of ops[i] with on_device into a pinned arena on each op's cuda_stream,
+ * wait for the streams, and point those ops' sendbuff/recvbuff at the arena. fn names the call. */
+chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const char *fn);
+/* Copy staged outputs back to the user's device buffers (user: the ops as called) and wait. */
+chorusResult_t cuda_stage_out(chorusComm_t comm, const comm_op_t *user, const comm_op_t *staged,
+                              int n, const char *fn);
+/* Free the arena (comm_free). */
+void cuda_stage_free(chorusComm_t comm);
+
+#endif /* CHORUS_CUDA_STAGE_H */

@@ -1,0 +1,322 @@
+/*
+ * test_cuda_coll.c: every collective on CUDA device buffers, run by mpirun ranks sharing one GPU
+ * (or each on its own), checked bit for bit against closed-form values: all-reduce (sum of
+ * float32, bfloat16 and int32, max, avg; out of place and in place), broadcast, reduce,
+ * all-gather (also in place), reduce-scatter, all-to-all, and a send/recv ring in a group, over
+ * counts 1, 1000 and 2^20 + 3. Stream order: each input is written on the caller's CUDA stream
+ * behind a 20 ms host function, so a call that did not wait for the stream would read the stale
+ * pattern; each result is read back on the same stream. Also: device and host buffers mixed in
+ * one call, and a host stream with device buffers, are chorusInvalidArgument. Without a CUDA
+ * device every rank prints SKIP and exits 77.
+ */
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chorus.h"
+#include "chorus_mpi.h"
+
+static int rank, nranks;
+static cudaStream_t stream;
+static void *hbuf; /* pinned host buffer for inputs and results */
+
+static void CUDART_CB slow_host_fn(void *arg)
+{
+    (void)arg;
+    usleep(20000);
+}
+
+static int cuda_ok(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "rank %d: FAIL: %s: %s\n", rank, what, cudaGetErrorString(e));
+        return 0;
+    }
+    return 1;
+}
+
+static size_t esize(chorusDataType_t t)
+{
+    return t == chorusBfloat16 ? 2 : 4;
+}
+
+/* Element i of rank r's input: a small integer, exact in every dtype used and in any sum order. */
+static double input_value(int r, size_t i)
+{
+    return (double)((r + 1) * (int)(i % 7 + 1));
+}
+
+static void put(void *buf, size_t i, chorusDataType_t t, double v)
+{
+    if (t == chorusFloat32) {
+        ((float *)buf)[i] = (float)v;
+    } else if (t == chorusInt32) {
+        ((int32_t *)buf)[i] = (int32_t)v;
+    } else {
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); /* exact: small integers */
+    }
+}
+
+static double get(const void *buf, size_t i, chorusDataType_t t)
+{
+    if (t == chorusFloat32)
+        return ((const float *)buf)[i];
+    if (t == chorusInt32)
+        return ((const int32_t *)buf)[i];
+    uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Write n elements (value(first + i)) into device memory dst, in order on the stream, behind a
+ * slow host function. */
+static int write_input(void *dst, size_t n, chorusDataType_t t, int r, size_t first)
+{
+    for (size_t i = 0; i < n; i++)
+        put(hbuf, i, t, input_value(r, first + i));
+    return cuda_ok(cudaLaunchHostFunc(stream, slow_host_fn, NULL), "host function") &&
+           cuda_ok(cudaMemcpyAsync(dst, hbuf, n * esize(t), cudaMemcpyHostToDevice, stream),
+                   "input copy");
+}
+
+/* Read n elements of src back (on the stream) and compare with want(i). */
+typedef double (*want_fn)(size_t i, const void *ctx);
+
+static int check_output(const char *what, const void *src, size_t n, chorusDataType_t t,
+                        want_fn want, const void *ctx)
+{
+    if (!cuda_ok(cudaMemcpyAsync(hbuf, src, n * esize(t), cudaMemcpyDeviceToHost, stream),
+                 "result copy") ||
+        !cuda_ok(cudaStreamSynchronize(stream), "stream"))
+        return 1;
+    for (size_t i = 0; i < n; i++) {
+        double w = want(i, ctx), g = get(hbuf, i, t);
+        if (g != w) {
+            fprintf(stderr, "rank %d: FAIL: %s, %zu elements: element %zu is %g, want %g\n", rank,
+                    what, n, i, g, w);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    size_t count;
+    chorusRedOp_t op;
+    int from; /* the rank whose data lands here (broadcast root, send/recv peer) */
+} ctx_t;
+
+static double sum_ranks(void)
+{
+    return nranks * (nranks + 1) / 2.0;
+}
+
+static double want_reduced(size_t i, const void *c)
+{
+    const ctx_t *x = c;
+    double k = (double)(i % 7 + 1);
+    switch (x->op) {
+    case chorusMax:
+        return nranks * k;
+    case chorusAvg:
+        return sum_ranks() * k / nranks;
+    default:
+        return sum_ranks() * k;
+    }
+}
+
+static double want_from(size_t i, const void *c)
+{
+    return input_value(((const ctx_t *)c)->from, i);
+}
+
+/* all-gather: block r holds rank r's elements 0..count-1. */
+static double want_gathered(size_t i, const void *c)
+{
+    size_t count = ((const ctx_t *)c)->count;
+    return input_value((int)(i / count), i % count);
+}
+
+/* reduce-scatter: this rank's block, element j = global element rank * count + j, summed. */
+static double want_scattered(size_t i, const void *c)
+{
+    size_t count = ((const ctx_t *)c)->count;
+    return sum_ranks() * (double)((rank * count + i) % 7 + 1);
+}
+
+/* all-to-all: block r holds what rank r sent to this rank: its elements rank*count + j. */
+static double want_alltoall(size_t i, const void *c)
+{
+    size_t count = ((const ctx_t *)c)->count;
+    return input_value((int)(i / count), rank * count + i % count);
+}
+
+static int run_count(chorusComm_t comm, size_t count, char *d_send, char *d_recv)
+{
+    int fails = 0;
+    char what[128];
+    static const struct {
+        chorusDataType_t t;
+        chorusRedOp_t op;
+        const char *name;
+    } ar[] = {{chorusFloat32, chorusSum, "float32 sum"},
+              {chorusBfloat16, chorusSum, "bfloat16 sum"},
+              {chorusInt32, chorusSum, "int32 sum"},
+              {chorusFloat32, chorusMax, "float32 max"},
+              {chorusFloat32, chorusAvg, "float32 avg"}};
+    for (size_t k = 0; k < sizeof(ar) / sizeof(ar[0]); k++) {
+        for (int inplace = 0; inplace < 2; inplace++) {
+            ctx_t c = {count, ar[k].op, 0};
+            char *out = inplace ? d_send : d_recv;
+            snprintf(what, sizeof(what), "AllReduce %s%s", ar[k].name, inplace ? " in place" : "");
+            if (!write_input(d_send, count, ar[k].t, rank, 0))
+                return 1;
+            chorusResult_t r = chorusAllReduce(d_send, out, count, ar[k].t, ar[k].op, comm,
+                                               (chorusStream_t)stream);
+            if (r != chorusSuccess) {
+                fprintf(stderr, "rank %d: FAIL: %s: %s\n", rank, what, chorusGetLastError(comm));
+                return 1;
+            }
+            fails += check_output(what, out, count, ar[k].t, want_reduced, &c);
+        }
+    }
+    chorusDataType_t t = chorusFloat32;
+    int root = 1 % nranks;
+    ctx_t c = {count, chorusSum, root};
+    /* Broadcast in place from root: the others' buffers hold the stale pattern before. */
+    if (rank == root && !write_input(d_recv, count, t, rank, 0))
+        return 1;
+    if (chorusBroadcast(d_recv, d_recv, count, t, root, comm, (chorusStream_t)stream) !=
+        chorusSuccess)
+        return fprintf(stderr, "rank %d: FAIL: Broadcast: %s\n", rank, chorusGetLastError(comm)), 1;
+    fails += check_output("Broadcast", d_recv, count, t, want_from, &c);
+
+    int rroot = nranks - 1;
+    if (!write_input(d_send, count, t, rank, 0))
+        return 1;
+    if (chorusReduce(d_send, d_recv, count, t, chorusSum, rroot, comm, (chorusStream_t)stream) !=
+        chorusSuccess)
+        return fprintf(stderr, "rank %d: FAIL: Reduce: %s\n", rank, chorusGetLastError(comm)), 1;
+    if (rank == rroot)
+        fails += check_output("Reduce", d_recv, count, t, want_reduced, &c);
+
+    for (int inplace = 0; inplace < 2; inplace++) {
+        char *in = inplace ? d_recv + (size_t)rank * count * 4 : d_send;
+        if (!write_input(in, count, t, rank, 0))
+            return 1;
+        if (chorusAllGather(in, d_recv, count, t, comm, (chorusStream_t)stream) != chorusSuccess)
+            return fprintf(stderr, "rank %d: FAIL: AllGather: %s\n", rank,
+                           chorusGetLastError(comm)),
+                   1;
+        fails += check_output(inplace ? "AllGather in place" : "AllGather", d_recv, count * nranks,
+                              t, want_gathered, &c);
+    }
+
+    if (!write_input(d_send, count * nranks, t, rank, 0))
+        return 1;
+    if (chorusReduceScatter(d_send, d_recv, count, t, chorusSum, comm, (chorusStream_t)stream) !=
+        chorusSuccess)
+        return fprintf(stderr, "rank %d: FAIL: ReduceScatter: %s\n", rank,
+                       chorusGetLastError(comm)),
+               1;
+    fails += check_output("ReduceScatter", d_recv, count, t, want_scattered, &c);
+
+    if (!write_input(d_send, count * nranks, t, rank, 0))
+        return 1;
+    if (chorusAlltoAll(d_send, d_recv, count, t, comm, (chorusStream_t)stream) != chorusSuccess)
+        return fprintf(stderr, "rank %d: FAIL: AlltoAll: %s\n", rank, chorusGetLastError(comm)), 1;
+    fails += check_output("AlltoAll", d_recv, count * nranks, t, want_alltoall, &c);
+
+    /* A ring of send/recv in one group: receive from rank - 1. */
+    ctx_t p = {count, chorusSum, (rank + nranks - 1) % nranks};
+    if (!write_input(d_send, count, t, rank, 0))
+        return 1;
+    chorusGroupStart();
+    chorusSend(d_send, count, t, (rank + 1) % nranks, comm, (chorusStream_t)stream);
+    chorusRecv(d_recv, count, t, p.from, comm, (chorusStream_t)stream);
+    if (chorusGroupEnd() != chorusSuccess)
+        return fprintf(stderr, "rank %d: FAIL: send/recv: %s\n", rank, chorusGetLastError(comm)), 1;
+    fails += check_output("Send/Recv ring", d_recv, count, t, want_from, &p);
+    return fails;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        if (rank == 0)
+            printf("SKIP: no CUDA device here (%s)\n",
+                   e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0");
+        MPI_Finalize();
+        return 77;
+    }
+    int fails = 0;
+    const size_t max_count = (1u << 20) + 3;
+    size_t nbytes = max_count * 4 * (size_t)nranks;
+    char *d_send, *d_recv, *d_other;
+    chorusComm_t comm;
+    if (!cuda_ok(cudaSetDevice(rank % ndev), "set device") ||
+        !cuda_ok(cudaStreamCreate(&stream), "stream") ||
+        !cuda_ok(cudaMalloc((void **)&d_send, nbytes), "alloc") ||
+        !cuda_ok(cudaMalloc((void **)&d_recv, nbytes), "alloc") ||
+        !cuda_ok(cudaMalloc((void **)&d_other, 64), "alloc") ||
+        !cuda_ok(cudaMallocHost(&hbuf, nbytes), "pinned alloc") ||
+        chorusCommInitMPI(&comm, MPI_COMM_WORLD) != chorusSuccess) {
+        fprintf(stderr, "rank %d: FAIL: setup: %s\n", rank, chorusGetLastError(NULL));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    static const size_t counts[] = {1, 1000, (1u << 20) + 3};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]) && fails == 0; k++) {
+        /* The stale pattern every input overwrites: NaN in float32, large in the others. */
+        if (!cuda_ok(cudaMemset(d_send, 0x7f, nbytes), "memset") ||
+            !cuda_ok(cudaMemset(d_recv, 0x7f, nbytes), "memset"))
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        fails += run_count(comm, counts[k], d_send, d_recv);
+        if (rank == 0 && fails == 0)
+            printf("count %zu: every collective exact on device buffers, in stream order\n",
+                   counts[k]);
+    }
+
+    /* Refusals: mixed memory kinds, and a host stream with device buffers. */
+    float host[16] = {0};
+    if (chorusAllReduce(host, d_other, 4, chorusFloat32, chorusSum, comm, (chorusStream_t)stream) !=
+            chorusInvalidArgument ||
+        strstr(chorusGetLastError(comm), "mix") == NULL) {
+        fprintf(stderr, "rank %d: FAIL: host sendbuff with device recvbuff: \"%s\"\n", rank,
+                chorusGetLastError(comm));
+        fails++;
+    }
+    chorusStream_t hs;
+    if (chorusStreamCreate(&hs) == chorusSuccess) {
+        if (chorusAllReduce(d_other, d_other, 4, chorusFloat32, chorusSum, comm, hs) !=
+            chorusInvalidArgument) {
+            fprintf(stderr, "rank %d: FAIL: a host stream with device buffers was taken\n", rank);
+            fails++;
+        }
+        chorusStreamDestroy(hs);
+    }
+
+    int all = 0;
+    MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    chorusCommDestroy(comm);
+    cudaFree(d_send);
+    cudaFree(d_recv);
+    cudaFree(d_other);
+    cudaFreeHost(hbuf);
+    if (rank == 0)
+        printf("%s: %d ranks, %d failures\n", all == 0 ? "PASS" : "FAIL", nranks, all);
+    MPI_Finalize();
+    return all == 0 ? 0 : 1;
+}
