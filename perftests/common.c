@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "chorus_mpi.h"
+#include "cuda_bufs.h"
 #include "data.h"
 #include "flags.h"
 #include "report.h"
@@ -40,6 +41,10 @@ typedef struct perf_ctx {
     char host[64];
     char *sendbuf, *recvbuf, *expected;
     size_t bufbytes;
+    /* --device cuda: the device buffers the calls use; sendbuf/recvbuf are their host mirrors,
+     * filled and checked on the host and copied outside the timed loops. */
+    char *dev_send, *dev_recv;
+    char device_name[96];
     long long local_errors; /* checks of this rank that found wrong elements */
     perf_report_t report; /* the table, the summary and the -J file (report.c) */
 } perf_ctx_t;
@@ -195,9 +200,16 @@ static void perf_print_banner(perf_ctx_t *ctx)
         PERF_PRINT("# Blocking Enabled: wait for completion and barrier after each collective \n");
     }
     PERF_PRINT("# Stream: %s, buffers: %s\n",
-               o->stream_null ? "NULL (blocking calls)" : "host stream",
-               o->register_bufs ? "chorusMemAlloc" : "malloc");
-    if (o->compare_mpi && (ctx->init != PERF_INIT_MPI || ctx->coll->mpi_run == NULL)) {
+               o->device_bufs   ? (o->stream_null ? "NULL (legacy CUDA stream)" : "CUDA stream")
+               : o->stream_null ? "NULL (blocking calls)"
+                                : "host stream",
+               o->device_bufs     ? "cudaMalloc (staged through pinned host memory by Chorus)"
+               : o->register_bufs ? "chorusMemAlloc"
+                                  : "malloc");
+    if (o->compare_mpi && o->device_bufs) {
+        PERF_PRINT("# --compare mpi ignored with --device cuda: this MPI takes host buffers\n");
+        ctx->o.compare_mpi = 0;
+    } else if (o->compare_mpi && (ctx->init != PERF_INIT_MPI || ctx->coll->mpi_run == NULL)) {
         PERF_PRINT("# --compare mpi ignored: not launched by mpirun, or no MPI counterpart\n");
         ctx->o.compare_mpi = 0;
     } else if (o->compare_mpi) {
@@ -210,8 +222,9 @@ static void perf_print_banner(perf_ctx_t *ctx)
     }
     perf_report_print_env(&ctx->report);
     PERF_PRINT("#\n# Using devices\n");
-    snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host]\n",
-             ctx->rank, 0, (int)getpid(), ctx->host, dev);
+    snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s]\n",
+             ctx->rank, 0, (int)getpid(), ctx->host, dev,
+             o->device_bufs ? ctx->device_name : "host");
     if (lines == NULL) {
         perf_fail("calloc(banner lines)", chorusSystemError, __FILE__, __LINE__);
     }
@@ -259,6 +272,36 @@ static void perf_buffers(const perf_case_t *c, int in_place, char **send_p, char
     }
 }
 
+/* The pointer a call passes for host pointer p into sendbuf or recvbuf: p itself, or with
+ * --device cuda the same offset into the device buffer. */
+static char *perf_dev(char *p)
+{
+    const perf_ctx_t *ctx = &perf_ctx;
+    if (!ctx->o.device_bufs) {
+        return p;
+    }
+    if (p >= ctx->recvbuf && p < ctx->recvbuf + ctx->bufbytes) {
+        return ctx->dev_recv + (p - ctx->recvbuf);
+    }
+    return ctx->dev_send + (p - ctx->sendbuf);
+}
+
+/* --device cuda: host mirrors to the device (to_device) or recvbuf back (!to_device). */
+static void perf_mirror(int to_device)
+{
+    perf_ctx_t *ctx = &perf_ctx;
+    if (!ctx->o.device_bufs) {
+        return;
+    }
+    int bad = to_device ? perf_cuda_copy(ctx->dev_send, ctx->sendbuf, ctx->bufbytes) ||
+                              perf_cuda_copy(ctx->dev_recv, ctx->recvbuf, ctx->bufbytes)
+                        : perf_cuda_copy(ctx->recvbuf, ctx->dev_recv, ctx->bufbytes);
+    if (bad) {
+        perf_fail("cudaMemcpy (device buffer mirror)", chorusUnhandledCudaError, __FILE__,
+                  __LINE__);
+    }
+}
+
 /* Fill this rank's input (and, when want_expected, the expected output, with the checked part of
  * recvbuf poisoned to differ from it everywhere); returns the element count to check. */
 static size_t perf_prepare(const perf_case_t *c, int in_place, int want_expected)
@@ -275,17 +318,24 @@ static size_t perf_prepare(const perf_case_t *c, int in_place, int want_expected
     if (in_place) {
         memmove(sendp, perf_ctx.sendbuf, c->counts.sendcount * es);
     }
+    perf_mirror(1);
     return ncheck;
 }
 
+/* sendp/recvp point into the host buffers; the call gets perf_dev's. */
 static void perf_call(const perf_case_t *c, const void *sendp, void *recvp)
 {
-    PERF_CHECK(perf_ctx.coll->run(sendp, recvp, c, perf_ctx.comm, perf_ctx.stream));
+    PERF_CHECK(perf_ctx.coll->run(perf_dev((char *)sendp), perf_dev(recvp), c, perf_ctx.comm,
+                                  perf_ctx.stream));
 }
 
 static void perf_complete(void)
 {
-    if (perf_ctx.stream != NULL) {
+    if (perf_ctx.o.device_bufs) {
+        if (perf_cuda_stream_sync(perf_ctx.stream) != 0) {
+            perf_fail("cudaStreamSynchronize", chorusUnhandledCudaError, __FILE__, __LINE__);
+        }
+    } else if (perf_ctx.stream != NULL) {
         PERF_CHECK(chorusStreamSynchronize(perf_ctx.stream));
     }
 }
@@ -417,6 +467,7 @@ static void perf_bench(const perf_case_t *c, int in_place, perf_result_t *res, p
         long long local;
         perf_call(c, sendp, recvp);
         perf_complete();
+        perf_mirror(0);
         local = perf_compare(perf_ctx.coll, perf_ctx.host, c, in_place, recvp, perf_ctx.expected,
                              ncheck);
         if (local) {
@@ -524,6 +575,16 @@ static void perf_free(void *p, int chorus_mem)
     free(chorus_mem ? NULL : p);
 }
 
+static void perf_stream_destroy(perf_ctx_t *ctx)
+{
+    if (ctx->stream != NULL && ctx->o.device_bufs) {
+        perf_cuda_stream_destroy(ctx->stream);
+    } else if (ctx->stream != NULL) {
+        PERF_CHECK(chorusStreamDestroy(ctx->stream));
+    }
+    ctx->stream = NULL;
+}
+
 int perf_main(int argc, char **argv, const perf_coll_t *coll)
 {
     perf_ctx_t *ctx = &perf_ctx;
@@ -552,8 +613,22 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
         return parsed > 0 ? 0 : 2;
     }
 
+    if (ctx->o.device_bufs) {
+        const char *why = perf_cuda_init(ctx->rank, ctx->device_name, sizeof(ctx->device_name));
+        if (why != NULL) {
+            fprintf(stderr, "rank %d: --device cuda: %s\n", ctx->rank, why);
+            if (ctx->init == PERF_INIT_MPI) {
+                MPI_Finalize();
+            }
+            return 2;
+        }
+    }
     perf_comm_init(ctx);
-    if (!ctx->o.stream_null) {
+    if (!ctx->o.stream_null && ctx->o.device_bufs) {
+        if ((ctx->stream = perf_cuda_stream_create()) == NULL) {
+            perf_fail("cudaStreamCreate", chorusUnhandledCudaError, __FILE__, __LINE__);
+        }
+    } else if (!ctx->o.stream_null) {
         PERF_CHECK(chorusStreamCreate(&ctx->stream));
     }
     ctx->report = (perf_report_t){.coll = coll,
@@ -572,9 +647,7 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     /* After the banner, which may turn --compare off: the file records what runs. Every rank
      * learns whether rank 0 could create it. */
     if (perf_sum_ll(perf_report_open(&ctx->report, argc, argv) != 0) != 0) {
-        if (ctx->stream != NULL) {
-            PERF_CHECK(chorusStreamDestroy(ctx->stream));
-        }
+        perf_stream_destroy(ctx);
         PERF_CHECK(chorusCommDestroy(ctx->comm));
         if (ctx->init == PERF_INIT_MPI) {
             MPI_Finalize();
@@ -586,6 +659,10 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     ctx->sendbuf = perf_alloc(ctx->bufbytes, ctx->o.register_bufs);
     ctx->recvbuf = perf_alloc(ctx->bufbytes, ctx->o.register_bufs);
     ctx->expected = perf_alloc(ctx->bufbytes, 0);
+    if (ctx->o.device_bufs && ((ctx->dev_send = perf_cuda_alloc(ctx->bufbytes)) == NULL ||
+                               (ctx->dev_recv = perf_cuda_alloc(ctx->bufbytes)) == NULL)) {
+        perf_fail("cudaMalloc", chorusUnhandledCudaError, __FILE__, __LINE__);
+    }
     perf_report_header(&ctx->report);
 
     nroots = coll->rooted && ctx->o.root == -1 ? ctx->nranks : 1;
@@ -613,9 +690,11 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     perf_free(ctx->sendbuf, ctx->o.register_bufs);
     perf_free(ctx->recvbuf, ctx->o.register_bufs);
     perf_free(ctx->expected, 0);
-    if (ctx->stream != NULL) {
-        PERF_CHECK(chorusStreamDestroy(ctx->stream));
+    if (ctx->o.device_bufs) {
+        perf_cuda_free(ctx->dev_send);
+        perf_cuda_free(ctx->dev_recv);
     }
+    perf_stream_destroy(ctx);
     PERF_CHECK(chorusCommDestroy(ctx->comm));
     ctx->comm = NULL;
     if (ctx->init == PERF_INIT_MPI) {

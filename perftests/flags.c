@@ -90,13 +90,14 @@ static void perf_usage(const char *prog, int rank)
         "\t[-y 1: NULL stream (default), 0: host stream] [-R 1: chorusMemAlloc buffers]\n"
         "\t[-a 0|1|2|3: time of rank 0|avg|min|max] [-C 1: report cputime]\n"
         "\t[-M,--compare mpi: time MPI's collective too, interleaved with Chorus']\n"
+        "\t[-D,--device cuda|host: cudaMalloc'd buffers (CUDA builds), or host (default)]\n"
         "\t[-J,--output_file FILE: write the results as JSON too] [-t/-g/-p/-T/-G/-F: ignored]\n"
         "Long names as nccl-tests'. Launch by mpirun, by CHORUS_RANK/CHORUS_NRANKS/"
         "CHORUS_ROOT (or torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), or alone.\n",
         prog);
 }
 
-/* nccl-tests' long names, and --compare / --json (an alias of --output_file) */
+/* nccl-tests' long names, and --compare, --device and --json (an alias of --output_file) */
 /* clang-format off */
 static const struct option perf_longopts[] = {
     {"nthreads", 1, 0, 't'}, {"ngpus", 1, 0, 'g'}, {"minbytes", 1, 0, 'b'},
@@ -107,7 +108,7 @@ static const struct option perf_longopts[] = {
     {"stream_null", 1, 0, 'y'}, {"timeout", 1, 0, 'T'}, {"cudagraph", 1, 0, 'G'},
     {"report_cputime", 1, 0, 'C'}, {"average", 1, 0, 'a'}, {"output_file", 1, 0, 'J'},
     {"json", 1, 0, 'J'}, {"local_register", 1, 0, 'R'}, {"compare", 1, 0, 'M'},
-    {"help", 0, 0, 'h'},
+    {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'},
     {NULL, 0, NULL, 0},
 };
 /* clang-format on */
@@ -150,7 +151,7 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
                        .ops = {chorusSum}};
     opterr = 0;
     for (;;) {
-        int c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:F:J:R:M:h",
+        int c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:F:J:R:M:D:h",
                             perf_longopts, NULL);
         const perf_int_flag_t *flag = NULL;
         int bad = 0;
@@ -178,6 +179,9 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
         } else if (c == 'M') {
             o->compare_mpi = strcmp(optarg, "mpi") == 0 || strcmp(optarg, "1") == 0;
             bad = !o->compare_mpi && strcmp(optarg, "0") != 0 && strcmp(optarg, "none") != 0;
+        } else if (c == 'D') {
+            o->device_bufs = strcmp(optarg, "cuda") == 0;
+            bad = !o->device_bufs && strcmp(optarg, "host") != 0;
         } else if (c == 'J') {
             o->json_path = optarg;
             bad = optarg[0] == '\0';

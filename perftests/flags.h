@@ -12,6 +12,7 @@ typedef struct perf_opts {
     size_t minbytes, maxbytes, stepbytes, stepfactor;
     int iters, warmup, agg_iters, check, blocking, stream_null, average, cputime, root;
     int compare_mpi, register_bufs;
+    int device_bufs; /* --device cuda: cudaMalloc'd buffers (the call stages them) */
     const char *json_path; /* -J FILE: the JSON report (report.c); NULL: none */
     int ntypes, nops;
     int types[chorusNumTypes]; /* chorusDataType_t values */
