@@ -74,6 +74,35 @@ static void cu_resolve(void)
     }
 }
 
+/* Looked up apart from the staging set: a driver without them still stages. */
+static cu_result_t (*cu_device_count)(int *count);
+static cu_result_t (*cu_ctx_device)(int *device);
+
+static void cu_resolve_device(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    void *f = lib != NULL ? dlsym(lib, "cuDeviceGetCount") : NULL;
+    void *g = lib != NULL ? dlsym(lib, "cuCtxGetDevice") : NULL;
+    memcpy(&cu_device_count, &f, sizeof(f));
+    memcpy(&cu_ctx_device, &g, sizeof(g));
+}
+
+int cuda_device_count(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, cu_resolve_device);
+    int n = 0;
+    return cu_device_count != NULL && cu_device_count(&n) == CU_SUCCESS ? n : -1;
+}
+
+int cuda_current_device(void)
+{
+    int dev = -1;
+    if (cuda_device_count() < 0 || cu_ctx_device == NULL || cu_ctx_device(&dev) != CU_SUCCESS)
+        return -1;
+    return dev;
+}
+
 const char *cuda_stage_missing(void)
 {
     pthread_once(&cu_once, cu_resolve);

@@ -7,6 +7,10 @@
 
 #include "comm.h"
 
+/* The number of CUDA devices, or -1 when the process has not loaded and initialized CUDA. */
+int cuda_device_count(void);
+/* The device of the calling thread's current CUDA context, or -1 (none, or CUDA not loaded). */
+int cuda_current_device(void);
 /* NULL when the loaded CUDA driver has every function staging needs; else the first missing. */
 const char *cuda_stage_missing(void);
 /* Copy the device inputs of ops[i] with on_device into a pinned arena on each op's cuda_stream,

@@ -28,6 +28,9 @@ static uint64_t fnv1a(const char *s, uint64_t h)
     return h;
 }
 
+/* chorusCommInitAll's device for the rank its thread initializes; -1 elsewhere. */
+static __thread int init_all_dev = -1;
+
 static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
 {
     memset(info, 0, sizeof(*info));
@@ -35,7 +38,10 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
     info->pid = (int32_t)getpid();
     info->start_time = health_start_time();
     info->pid_ns = health_pid_ns();
-    info->cuda_dev = -1;
+    /* NCCL's rule: the device current when the rank initializes (a CUDA build, CUDA loaded). */
+    info->cuda_dev = init_all_dev >= 0  ? init_all_dev
+                     : CHORUS_HAVE_CUDA ? cuda_current_device()
+                                        : -1;
     info->numa_node = -1;
     char host[64] = "", boot_id[64] = "";
     gethostname(host, sizeof(host) - 1);
@@ -442,6 +448,7 @@ chorusResult_t chorusCommInitRankConfig(chorusComm_t *comm, int nranks, chorusUn
 typedef struct init_all_arg {
     chorusComm_t *comm_p;
     int nranks, rank;
+    int dev; /* devlist[rank], the caller's current device, or -1 */
     boot_id_t id;
     chorusResult_t res;
     char error[1024];
@@ -450,7 +457,9 @@ typedef struct init_all_arg {
 static void *init_all_thread(void *arg)
 {
     init_all_arg_t *a = arg;
+    init_all_dev = a->dev;
     a->res = comm_init(a->comm_p, a->nranks, &a->id, a->rank, NULL);
+    init_all_dev = -1;
     if (a->res != chorusSuccess)
         snprintf(a->error, sizeof(a->error), "%s", debug_last_error());
     return NULL;
@@ -465,10 +474,23 @@ chorusResult_t chorusCommInitAll(chorusComm_t *comms, int ndev, const int *devli
     if (ndev < 1)
         return ERR(chorusInvalidArgument, SUB_INIT, "chorusCommInitAll: ndev=%d must be >= 1",
                    ndev);
-    if (devlist != NULL)
+    if (devlist != NULL && !CHORUS_HAVE_CUDA)
         return ERR(chorusInvalidArgument, SUB_INIT,
                    "chorusCommInitAll: devlist names CUDA devices but this build of Chorus has "
                    "no CUDA support; pass devlist=NULL for host ranks");
+    int ndevices = devlist != NULL ? cuda_device_count() : 0;
+    if (devlist != NULL && ndevices < 0)
+        return ERR(chorusInvalidArgument, SUB_INIT,
+                   "chorusCommInitAll: devlist names CUDA devices but this process has not "
+                   "initialized CUDA (call cudaSetDevice or cudaFree(0) first)");
+    for (int i = 0; devlist != NULL && i < ndev; i++)
+        if (devlist[i] < 0 || devlist[i] >= ndevices)
+            return ERR(chorusInvalidArgument, SUB_INIT,
+                       "chorusCommInitAll: devlist[%d]=%d is not a CUDA device (this process "
+                       "sees %d: 0..%d)",
+                       i, devlist[i], ndevices, ndevices - 1);
+    /* Without a list every rank takes the caller's current device (its threads have none). */
+    int caller = CHORUS_HAVE_CUDA ? cuda_current_device() : -1;
     chorusUniqueId uid;
     CHECK(chorusGetUniqueId(&uid));
     init_all_arg_t *args = calloc(ndev, sizeof(*args));
@@ -482,7 +504,8 @@ chorusResult_t chorusCommInitAll(chorusComm_t *comms, int ndev, const int *devli
     int started = 0;
     for (int i = 0; i < ndev; i++) {
         comms[i] = NULL;
-        args[i] = (init_all_arg_t){.comm_p = &comms[i], .nranks = ndev, .rank = i};
+        args[i] = (init_all_arg_t){
+            .comm_p = &comms[i], .nranks = ndev, .rank = i, .dev = devlist ? devlist[i] : caller};
         memcpy(&args[i].id, uid.internal, sizeof(boot_id_t));
         int rc = pthread_create(&threads[i], NULL, init_all_thread, &args[i]);
         if (rc != 0) {

@@ -277,6 +277,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: FAIL: setup: %s\n", rank, chorusGetLastError(NULL));
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    int cudev = -2;
+    if (chorusCommCuDevice(comm, &cudev) != chorusSuccess || cudev != rank % ndev) {
+        fprintf(stderr, "rank %d: FAIL: chorusCommCuDevice gave %d, want %d\n", rank, cudev,
+                rank % ndev);
+        fails++;
+    }
     static const size_t counts[] = {1, 1000, (1u << 20) + 3};
     for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]) && fails == 0; k++) {
         /* The stale pattern every input overwrites: NaN in float32, large in the others. */

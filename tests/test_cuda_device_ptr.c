@@ -4,7 +4,9 @@
  * gives exact results); a host buffer and a device buffer in one call are chorusInvalidArgument
  * naming the mix; host memory the driver knows (cudaMallocHost pinned, cudaMallocManaged) and
  * plain malloc'd memory in a process where CUDA is loaded work as host buffers, with exact
- * results. Without a CUDA device it prints SKIP and exits 77.
+ * results. chorusCommCuDevice gives the device current at init, or chorusCommInitAll's device list
+ * entry; a list naming a device that does not exist is refused. Without a CUDA device it prints
+ * SKIP and exits 77.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -91,7 +93,36 @@ int main(void)
         fprintf(stderr, "FAIL: init: %s\n", chorusGetLastError(NULL));
         return 1;
     }
-    int fails = 0;
+    int fails = 0, cudev = -2;
+    /* The rank's device: the one current at init (0 here), or the device list's. */
+    if (chorusCommCuDevice(comm, &cudev) != chorusSuccess || cudev != 0) {
+        fprintf(stderr, "FAIL: chorusCommCuDevice gave %d, want 0 (current at init)\n", cudev);
+        fails++;
+    }
+    int list[2] = {0, 0}, bad[1];
+    chorusComm_t pair[2];
+    bad[0] = ndev;
+    if (chorusCommInitAll(pair, 2, list) != chorusSuccess) {
+        fprintf(stderr, "FAIL: chorusCommInitAll(2, {0, 0}): %s\n", chorusGetLastError(NULL));
+        fails++;
+    } else {
+        int d0 = -2, d1 = -2;
+        chorusCommCuDevice(pair[0], &d0);
+        chorusCommCuDevice(pair[1], &d1);
+        if (d0 != 0 || d1 != 0) {
+            fprintf(stderr, "FAIL: devlist {0, 0} gave devices %d, %d\n", d0, d1);
+            fails++;
+        }
+        chorusCommDestroy(pair[0]);
+        chorusCommDestroy(pair[1]);
+    }
+    if (chorusCommInitAll(pair, 1, bad) != chorusInvalidArgument ||
+        strstr(chorusGetLastError(NULL), "devlist[0]") == NULL) {
+        fprintf(stderr, "FAIL: devlist {%d} (no such device): \"%s\"\n", ndev,
+                chorusGetLastError(NULL));
+        fails++;
+    }
+    printf("chorusCommCuDevice: %d; devlist {0, 0} taken, {%d} refused\n", cudev, ndev);
     fails += expect_mix_refused(comm, plain, dev);
     fails += expect_device_works(comm, dev);
     fails += expect_works(comm, pinned, "cudaMallocHost memory");

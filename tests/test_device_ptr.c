@@ -1,7 +1,8 @@
 /*
  * test_device_ptr.c: a build without CUDA, or a CUDA build whose loaded driver lacks what staging
  * needs (this fake one has only cuPointerGetAttribute), refuses a CUDA device pointer with
- * chorusInvalidArgument and a message naming the buffer, changes nothing, and stays usable.
+ * chorusInvalidArgument and a message naming the buffer, changes nothing, and stays usable; a
+ * chorusCommInitAll device list is refused there too.
  *
  * The driver is played by tests/support/fake_libcuda.c (soname libcuda.so.1), loaded first the
  * way a CUDA application would have loaded the real one; Chorus never loads it itself.
@@ -58,6 +59,17 @@ int main(int argc, char **argv)
         fails++;
     }
     chorusCommDestroy(comm);
+    /* A device list where CUDA cannot be used (no CUDA build, or this driver: no device count). */
+    chorusComm_t listed = NULL;
+    int devlist[1] = {0};
+    res = chorusCommInitAll(&listed, 1, devlist);
+    msg = chorusGetLastError(NULL);
+    if (res != chorusInvalidArgument || strstr(msg, "devlist") == NULL) {
+        fprintf(stderr, "FAIL: chorusCommInitAll with a devlist gave %d, \"%s\"\n", res, msg);
+        fails++;
+        if (res == chorusSuccess)
+            chorusCommDestroy(listed);
+    }
     printf("%s: device pointers refused with a clear error; host buffers still work\n",
            fails ? "FAIL" : "PASS");
     return fails ? 1 : 0;
