@@ -292,62 +292,48 @@ extern "C" int cuda_memops_copy(void *dst, const void *src, size_t nbytes, void 
     return cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, (cudaStream_t)stream);
 }
 
-extern "C" int cuda_memops_reduce(void *dst, const void *a, const void *b, size_t count,
-                                  chorusDataType_t dtype, chorusRedOp_t op, void *stream)
+/* fn(T{}) for the C type T of dtype: the one table from chorusDataType_t to element types. */
+template <class Fn> int by_dtype(chorusDataType_t dtype, Fn fn)
 {
     switch (dtype) {
     case chorusInt8:
-        return reduce_typed<int8_t>(dst, a, b, count, op, stream);
+        return fn(int8_t{});
     case chorusUint8:
-        return reduce_typed<uint8_t>(dst, a, b, count, op, stream);
+        return fn(uint8_t{});
     case chorusInt32:
-        return reduce_typed<int32_t>(dst, a, b, count, op, stream);
+        return fn(int32_t{});
     case chorusUint32:
-        return reduce_typed<uint32_t>(dst, a, b, count, op, stream);
+        return fn(uint32_t{});
     case chorusInt64:
-        return reduce_typed<int64_t>(dst, a, b, count, op, stream);
+        return fn(int64_t{});
     case chorusUint64:
-        return reduce_typed<uint64_t>(dst, a, b, count, op, stream);
+        return fn(uint64_t{});
     case chorusFloat16:
-        return reduce_typed<__half>(dst, a, b, count, op, stream);
+        return fn(__half{});
     case chorusFloat32:
-        return reduce_typed<float>(dst, a, b, count, op, stream);
+        return fn(float{});
     case chorusFloat64:
-        return reduce_typed<double>(dst, a, b, count, op, stream);
+        return fn(double{});
     case chorusBfloat16:
-        return reduce_typed<__nv_bfloat16>(dst, a, b, count, op, stream);
+        return fn(__nv_bfloat16{});
     default:
         return cudaErrorInvalidValue;
     }
 }
 
+extern "C" int cuda_memops_reduce(void *dst, const void *a, const void *b, size_t count,
+                                  chorusDataType_t dtype, chorusRedOp_t op, void *stream)
+{
+    return by_dtype(
+        dtype, [&](auto tag) { return reduce_typed<decltype(tag)>(dst, a, b, count, op, stream); });
+}
+
 extern "C" int cuda_memops_divide(void *dst, const void *src, size_t count, chorusDataType_t dtype,
                                   uint64_t divisor, void *stream)
 {
-    switch (dtype) {
-    case chorusInt8:
-        return divide_typed<int8_t>(dst, src, count, divisor, stream);
-    case chorusUint8:
-        return divide_typed<uint8_t>(dst, src, count, divisor, stream);
-    case chorusInt32:
-        return divide_typed<int32_t>(dst, src, count, divisor, stream);
-    case chorusUint32:
-        return divide_typed<uint32_t>(dst, src, count, divisor, stream);
-    case chorusInt64:
-        return divide_typed<int64_t>(dst, src, count, divisor, stream);
-    case chorusUint64:
-        return divide_typed<uint64_t>(dst, src, count, divisor, stream);
-    case chorusFloat16:
-        return divide_typed<__half>(dst, src, count, divisor, stream);
-    case chorusFloat32:
-        return divide_typed<float>(dst, src, count, divisor, stream);
-    case chorusFloat64:
-        return divide_typed<double>(dst, src, count, divisor, stream);
-    case chorusBfloat16:
-        return divide_typed<__nv_bfloat16>(dst, src, count, divisor, stream);
-    default:
-        return cudaErrorInvalidValue;
-    }
+    return by_dtype(dtype, [&](auto tag) {
+        return divide_typed<decltype(tag)>(dst, src, count, divisor, stream);
+    });
 }
 
 extern "C" const char *cuda_memops_error_string(int err)

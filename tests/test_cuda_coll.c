@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "chorus.h"
+#include "support/cuda_skip.h"
 #include "chorus_mpi.h"
 
 static int rank, nranks;
@@ -253,12 +254,11 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
+    const char *why;
+    int ndev = cuda_devices(&why);
+    if (ndev == 0) {
         if (rank == 0)
-            printf("SKIP: no CUDA device here (%s)\n",
-                   e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0");
+            printf("SKIP: no CUDA device here (%s)\n", why);
         MPI_Finalize();
         return 77;
     }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "chorus.h"
+#include "support/cuda_skip.h"
 
 static int expect_mix_refused(chorusComm_t comm, const void *send, void *recv)
 {
@@ -72,11 +73,10 @@ static int expect_works(chorusComm_t comm, float *buf, const char *what)
 
 int main(void)
 {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP: no CUDA device here (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0");
+    const char *why;
+    int ndev = cuda_devices(&why);
+    if (ndev == 0) {
+        printf("SKIP: no CUDA device here (%s)\n", why);
         return 77;
     }
     float *dev = NULL, *pinned = NULL, *managed = NULL, *plain = malloc(16 * sizeof(float));

@@ -17,6 +17,7 @@
 
 #include "cuda_memops.h"
 #include "memops.h"
+#include "support/cuda_skip.h"
 
 #define GUARD 64 /* bytes checked on each side of an output */
 #define SLACK 128 /* room for offsets and guards in every buffer */
@@ -350,11 +351,9 @@ static int test_copy(bufs_t *bf)
 
 int main(void)
 {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP: no CUDA device here (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found 0");
+    const char *why;
+    if (cuda_devices(&why) == 0) {
+        printf("SKIP: no CUDA device here (%s)\n", why);
         return 77;
     }
     struct cudaDeviceProp prop;
