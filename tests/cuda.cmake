@@ -22,3 +22,18 @@ if(MPI_C_FOUND)
               $<TARGET_FILE:test_cuda_coll>)
   endforeach()
 endif()
+# The staged path on every machine: the same test against a fake driver whose device memory
+# faults on direct access (tests/support/fake_cuda_stage.c).
+add_library(fake_cuda_stage SHARED support/fake_cuda_stage.c)
+set_target_properties(fake_cuda_stage PROPERTIES OUTPUT_NAME cuda SOVERSION 1 VERSION 1
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fakecuda_stage)
+if(MPI_C_FOUND)
+  add_executable(test_cuda_stage test_cuda_coll.c)
+  target_compile_definitions(test_cuda_stage PRIVATE TEST_FAKE_CUDA)
+  target_link_libraries(test_cuda_stage chorus MPI::MPI_C ${CMAKE_DL_LIBS})
+  foreach(n 2 4)
+    chorus_add_test(NAME cuda_stage_${n} TIMEOUT 300 LABELS mpi
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
+              $<TARGET_FILE:test_cuda_stage> $<TARGET_FILE_DIR:fake_cuda_stage>/libcuda.so.1)
+  endforeach()
+endif()

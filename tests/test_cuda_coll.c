@@ -2,34 +2,108 @@
  * test_cuda_coll.c: every collective on CUDA device buffers, run by mpirun ranks sharing one GPU
  * (or each on its own), checked bit for bit against closed-form values: all-reduce (sum of
  * float32, bfloat16 and int32, max, avg; out of place and in place), broadcast, reduce,
- * all-gather (also in place), reduce-scatter, all-to-all, and a send/recv ring in a group, over
- * counts 1, 1000 and 2^20 + 3. Stream order: each input is written on the caller's CUDA stream
- * behind a 20 ms host function, so a call that did not wait for the stream would read the stale
- * pattern; each result is read back on the same stream. Also: device and host buffers mixed in
- * one call, and a host stream with device buffers, are chorusInvalidArgument. Without a CUDA
- * device every rank prints SKIP and exits 77.
+ * all-gather (also in place), reduce-scatter, all-to-all, a send/recv ring in a group, and two
+ * all-reduces in one group, over counts 1, 1000 and 2^20 + 3. Stream order: each input is written
+ * on the caller's CUDA stream behind a 20 ms host function, so a call that did not wait for the
+ * stream would read the stale pattern; each result is read back on the same stream. Also: device
+ * and host buffers mixed in one call, and a host stream with device buffers, are
+ * chorusInvalidArgument. Without a CUDA device every rank prints SKIP and exits 77.
+ *
+ * Built a second time as test_cuda_stage (TEST_FAKE_CUDA) against the fake driver of
+ * tests/support/fake_cuda_stage.c (its path in argv[1]), so that every machine runs the staged
+ * path: the fake's device memory faults on any direct access, every copy must be on the caller's
+ * stream in a pushed context, and a stream that never drains must end in chorusTimeout.
  */
-#include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "chorus.h"
-#include "support/cuda_skip.h"
 #include "chorus_mpi.h"
 
 static int rank, nranks;
-static cudaStream_t stream;
-static void *hbuf; /* pinned host buffer for inputs and results */
+static void *hbuf; /* host buffer for inputs and results (pinned with real CUDA) */
 
-static void CUDART_CB slow_host_fn(void *arg)
+/* ---- Device memory: alloc, a write in stream order, a read that waits, a fill ---- */
+#ifdef TEST_FAKE_CUDA
+#include <dlfcn.h>
+
+static void *stream = (void *)(uintptr_t)0x51; /* any handle: the fake checks copies name it */
+static void *(*fake_alloc)(size_t nbytes);
+static void (*fake_stuck)(int on);
+static int (*fake_faults)(void);
+static int (*cu_copy)(uintptr_t dst, uintptr_t src, size_t nbytes, void *stream);
+static int (*cu_push)(void *ctx);
+static int (*cu_pop)(void **ctx);
+static int (*cu_query)(void *stream);
+
+/* Load the fake driver (argv[1]); 0 devices and the reason if it cannot be. */
+static int dev_setup(int argc, char **argv, const char **why)
 {
-    (void)arg;
-    usleep(20000);
+    void *lib = argc > 1 ? dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) : NULL;
+    void (*expect)(void *) = lib ? (void (*)(void *))dlsym(lib, "fake_cuda_expect_stream") : NULL;
+    fake_alloc = lib ? (void *(*)(size_t))dlsym(lib, "fake_cuda_alloc") : NULL;
+    fake_stuck = lib ? (void (*)(int))dlsym(lib, "fake_cuda_stream_stuck") : NULL;
+    fake_faults = lib ? (int (*)(void))dlsym(lib, "fake_cuda_faults") : NULL;
+    cu_copy =
+        lib ? (int (*)(uintptr_t, uintptr_t, size_t, void *))dlsym(lib, "cuMemcpyAsync") : NULL;
+    cu_push = lib ? (int (*)(void *))dlsym(lib, "cuCtxPushCurrent_v2") : NULL;
+    cu_pop = lib ? (int (*)(void **))dlsym(lib, "cuCtxPopCurrent_v2") : NULL;
+    cu_query = lib ? (int (*)(void *))dlsym(lib, "cuStreamQuery") : NULL;
+    if (!expect || !fake_alloc || !fake_stuck || !fake_faults || !cu_copy || !cu_push || !cu_pop ||
+        !cu_query) {
+        *why = "usage: test_cuda_stage path/to/fake/libcuda.so.1";
+        return 0;
+    }
+    expect(stream);
+    return 1;
 }
+
+static void *dev_alloc(size_t nbytes)
+{
+    return fake_alloc(nbytes);
+}
+
+static int dev_copy(void *dst, const void *src, size_t nbytes, const char *what)
+{
+    void *ctx;
+    if (cu_push((void *)(uintptr_t)0xc0de) != 0 ||
+        cu_copy((uintptr_t)dst, (uintptr_t)src, nbytes, stream) != 0 || cu_pop(&ctx) != 0) {
+        fprintf(stderr, "rank %d: FAIL: %s through the fake driver\n", rank, what);
+        return 0;
+    }
+    return 1;
+}
+
+static int dev_write(void *dst, const void *src, size_t nbytes)
+{
+    return dev_copy(dst, src, nbytes, "input copy");
+}
+
+/* Queued behind the call's own copies; the stream drained before the bytes are looked at. */
+static int dev_read(void *dst, const void *src, size_t nbytes)
+{
+    if (!dev_copy(dst, src, nbytes, "result copy"))
+        return 0;
+    while (cu_query(stream) != 0)
+        ;
+    return 1;
+}
+
+static void *host_alloc(size_t nbytes)
+{
+    return malloc(nbytes);
+}
+#else
+#include <cuda_runtime_api.h>
+
+#include "support/cuda_skip.h"
+
+static cudaStream_t stream;
 
 static int cuda_ok(cudaError_t e, const char *what)
 {
@@ -38,6 +112,57 @@ static int cuda_ok(cudaError_t e, const char *what)
         return 0;
     }
     return 1;
+}
+
+static void CUDART_CB slow_host_fn(void *arg)
+{
+    (void)arg;
+    usleep(20000);
+}
+
+/* One device per rank (rank % count); 0 devices and the reason without CUDA. */
+static int dev_setup(int argc, char **argv, const char **why)
+{
+    (void)argc, (void)argv;
+    int ndev = cuda_devices(why);
+    if (ndev > 0 && (!cuda_ok(cudaSetDevice(rank % ndev), "set device") ||
+                     !cuda_ok(cudaStreamCreate(&stream), "stream")))
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    return ndev;
+}
+
+static void *dev_alloc(size_t nbytes)
+{
+    void *p = NULL;
+    return cuda_ok(cudaMalloc(&p, nbytes), "alloc") ? p : NULL;
+}
+
+/* In order on the stream, behind a slow host function. */
+static int dev_write(void *dst, const void *src, size_t nbytes)
+{
+    return cuda_ok(cudaLaunchHostFunc(stream, slow_host_fn, NULL), "host function") &&
+           cuda_ok(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream), "input copy");
+}
+
+static int dev_read(void *dst, const void *src, size_t nbytes)
+{
+    return cuda_ok(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream),
+                   "result copy") &&
+           cuda_ok(cudaStreamSynchronize(stream), "stream");
+}
+
+static void *host_alloc(size_t nbytes)
+{
+    void *p = NULL;
+    return cuda_ok(cudaMallocHost(&p, nbytes), "pinned alloc") ? p : NULL;
+}
+#endif
+
+/* The stale pattern every input overwrites: NaN in float32, large in the others. */
+static int dev_fill_stale(void *p, size_t nbytes)
+{
+    memset(hbuf, 0x7f, nbytes);
+    return dev_write(p, hbuf, nbytes);
 }
 
 static size_t esize(chorusDataType_t t)
@@ -77,15 +202,12 @@ static double get(const void *buf, size_t i, chorusDataType_t t)
     return f;
 }
 
-/* Write n elements (value(first + i)) into device memory dst, in order on the stream, behind a
- * slow host function. */
+/* Write n elements (value(first + i)) into device memory dst, in order on the stream. */
 static int write_input(void *dst, size_t n, chorusDataType_t t, int r, size_t first)
 {
     for (size_t i = 0; i < n; i++)
         put(hbuf, i, t, input_value(r, first + i));
-    return cuda_ok(cudaLaunchHostFunc(stream, slow_host_fn, NULL), "host function") &&
-           cuda_ok(cudaMemcpyAsync(dst, hbuf, n * esize(t), cudaMemcpyHostToDevice, stream),
-                   "input copy");
+    return dev_write(dst, hbuf, n * esize(t));
 }
 
 /* Read n elements of src back (on the stream) and compare with want(i). */
@@ -94,9 +216,7 @@ typedef double (*want_fn)(size_t i, const void *ctx);
 static int check_output(const char *what, const void *src, size_t n, chorusDataType_t t,
                         want_fn want, const void *ctx)
 {
-    if (!cuda_ok(cudaMemcpyAsync(hbuf, src, n * esize(t), cudaMemcpyDeviceToHost, stream),
-                 "result copy") ||
-        !cuda_ok(cudaStreamSynchronize(stream), "stream"))
+    if (!dev_read(hbuf, src, n * esize(t)))
         return 1;
     for (size_t i = 0; i < n; i++) {
         double w = want(i, ctx), g = get(hbuf, i, t);
@@ -246,16 +366,61 @@ static int run_count(chorusComm_t comm, size_t count, char *d_send, char *d_recv
     if (chorusGroupEnd() != chorusSuccess)
         return fprintf(stderr, "rank %d: FAIL: send/recv: %s\n", rank, chorusGetLastError(comm)), 1;
     fails += check_output("Send/Recv ring", d_recv, count, t, want_from, &p);
+
+    /* Two all-reduces in one group: one staging batch, two arena regions, in place and not. */
+    ctx_t s = {count, chorusSum, 0};
+    char *second = d_send + count * 4;
+    if (!write_input(d_send, count, t, rank, 0) || !write_input(second, count, t, rank, 0))
+        return 1;
+    chorusGroupStart();
+    chorusAllReduce(d_send, d_recv, count, t, chorusSum, comm, (chorusStream_t)stream);
+    chorusAllReduce(second, second, count, t, chorusSum, comm, (chorusStream_t)stream);
+    if (chorusGroupEnd() != chorusSuccess)
+        return fprintf(stderr, "rank %d: FAIL: grouped AllReduce: %s\n", rank,
+                       chorusGetLastError(comm)),
+               1;
+    fails += check_output("grouped AllReduce", d_recv, count, t, want_reduced, &s);
+    fails += check_output("grouped AllReduce in place", second, count, t, want_reduced, &s);
     return fails;
 }
+
+#ifdef TEST_FAKE_CUDA
+/* A stream that never drains: a 1-rank call ends in chorusTimeout at the deadline. */
+static int check_stuck_stream(char *d_buf)
+{
+    chorusComm_t one;
+    setenv("CHORUS_TIMEOUT_MS", "500", 1);
+    if (chorusCommInitAll(&one, 1, NULL) != chorusSuccess) {
+        fprintf(stderr, "rank %d: FAIL: 1-rank init: %s\n", rank, chorusGetLastError(NULL));
+        return 1;
+    }
+    struct timespec t0, t1;
+    fake_stuck(1);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    chorusResult_t r =
+        chorusAllReduce(d_buf, d_buf, 16, chorusFloat32, chorusSum, one, (chorusStream_t)stream);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fake_stuck(0);
+    double sec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    int bad = r != chorusTimeout || strstr(chorusGetLastError(one), "CUDA stream") == NULL ||
+              sec < 0.45 || sec > 5;
+    if (bad)
+        fprintf(stderr, "rank %d: FAIL: stuck stream gave %d after %.2f s: \"%s\"\n", rank, r, sec,
+                chorusGetLastError(one));
+    else if (rank == 0)
+        printf("a stream that never drains: chorusTimeout after %.2f s (deadline 0.5 s)\n", sec);
+    chorusCommDestroy(one);
+    return bad;
+}
+#endif
 
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    const char *why;
-    int ndev = cuda_devices(&why);
+    const char *why = "";
+    int ndev = dev_setup(argc, argv, &why);
     if (ndev == 0) {
         if (rank == 0)
             printf("SKIP: no CUDA device here (%s)\n", why);
@@ -265,29 +430,25 @@ int main(int argc, char **argv)
     int fails = 0;
     const size_t max_count = (1u << 20) + 3;
     size_t nbytes = max_count * 4 * (size_t)nranks;
-    char *d_send, *d_recv, *d_other;
+    char *d_send = dev_alloc(nbytes), *d_recv = dev_alloc(nbytes), *d_other = dev_alloc(4096);
     chorusComm_t comm;
-    if (!cuda_ok(cudaSetDevice(rank % ndev), "set device") ||
-        !cuda_ok(cudaStreamCreate(&stream), "stream") ||
-        !cuda_ok(cudaMalloc((void **)&d_send, nbytes), "alloc") ||
-        !cuda_ok(cudaMalloc((void **)&d_recv, nbytes), "alloc") ||
-        !cuda_ok(cudaMalloc((void **)&d_other, 64), "alloc") ||
-        !cuda_ok(cudaMallocHost(&hbuf, nbytes), "pinned alloc") ||
+    hbuf = host_alloc(nbytes);
+    if (d_send == NULL || d_recv == NULL || d_other == NULL || hbuf == NULL ||
         chorusCommInitMPI(&comm, MPI_COMM_WORLD) != chorusSuccess) {
         fprintf(stderr, "rank %d: FAIL: setup: %s\n", rank, chorusGetLastError(NULL));
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+#ifndef TEST_FAKE_CUDA
     int cudev = -2;
     if (chorusCommCuDevice(comm, &cudev) != chorusSuccess || cudev != rank % ndev) {
         fprintf(stderr, "rank %d: FAIL: chorusCommCuDevice gave %d, want %d\n", rank, cudev,
                 rank % ndev);
         fails++;
     }
+#endif
     static const size_t counts[] = {1, 1000, (1u << 20) + 3};
     for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]) && fails == 0; k++) {
-        /* The stale pattern every input overwrites: NaN in float32, large in the others. */
-        if (!cuda_ok(cudaMemset(d_send, 0x7f, nbytes), "memset") ||
-            !cuda_ok(cudaMemset(d_recv, 0x7f, nbytes), "memset"))
+        if (!dev_fill_stale(d_send, nbytes) || !dev_fill_stale(d_recv, nbytes))
             MPI_Abort(MPI_COMM_WORLD, 1);
         fails += run_count(comm, counts[k], d_send, d_recv);
         if (rank == 0 && fails == 0)
@@ -313,14 +474,26 @@ int main(int argc, char **argv)
         }
         chorusStreamDestroy(hs);
     }
+#ifdef TEST_FAKE_CUDA
+    fails += check_stuck_stream(d_other);
+    if (fake_faults() != 0) {
+        fprintf(stderr, "rank %d: FAIL: %d copies outside a context or off the caller's stream\n",
+                rank, fake_faults());
+        fails++;
+    }
+#endif
 
     int all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     chorusCommDestroy(comm);
+#ifndef TEST_FAKE_CUDA
     cudaFree(d_send);
     cudaFree(d_recv);
     cudaFree(d_other);
     cudaFreeHost(hbuf);
+#else
+    free(hbuf);
+#endif
     if (rank == 0)
         printf("%s: %d ranks, %d failures\n", all == 0 ? "PASS" : "FAIL", nranks, all);
     MPI_Finalize();
