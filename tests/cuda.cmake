@@ -31,6 +31,7 @@ if(MPI_C_FOUND)
   add_executable(test_cuda_stage test_cuda_coll.c)
   target_compile_definitions(test_cuda_stage PRIVATE TEST_FAKE_CUDA)
   target_link_libraries(test_cuda_stage chorus MPI::MPI_C ${CMAKE_DL_LIBS})
+  add_dependencies(test_cuda_stage fake_cuda_stage) # loaded at run time: build it with the test
   foreach(n 2 4)
     chorus_add_test(NAME cuda_stage_${n} TIMEOUT 300 LABELS mpi
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}

@@ -56,7 +56,12 @@ static int dev_setup(int argc, char **argv, const char **why)
     cu_query = lib ? (int (*)(void *))dlsym(lib, "cuStreamQuery") : NULL;
     if (!expect || !fake_alloc || !fake_stuck || !fake_faults || !cu_copy || !cu_push || !cu_pop ||
         !cu_query) {
-        *why = "usage: test_cuda_stage path/to/fake/libcuda.so.1";
+        static char msg[512];
+        snprintf(msg, sizeof(msg),
+                 "cannot use the fake driver %s: %s (usage: test_cuda_stage "
+                 "path/to/fake/libcuda.so.1)",
+                 argc > 1 ? argv[1] : "(none given)", lib ? "a symbol is missing" : dlerror());
+        *why = msg;
         return 0;
     }
     expect(stream);
@@ -421,6 +426,13 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     const char *why = "";
     int ndev = dev_setup(argc, argv, &why);
+#ifdef TEST_FAKE_CUDA
+    if (ndev == 0) { /* the fake is part of the build: not having it is a failure, not a SKIP */
+        fprintf(stderr, "rank %d: FAIL: %s\n", rank, why);
+        MPI_Finalize();
+        return 1;
+    }
+#endif
     if (ndev == 0) {
         if (rank == 0)
             printf("SKIP: no CUDA device here (%s)\n", why);
