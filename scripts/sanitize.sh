@@ -36,6 +36,8 @@
 #   shm_*                                 timing-bound or minutes-long fault and resource tests
 #                                         (the kill/sigstop bounds are wall-clock)
 #   fuzz_replay_*                         already run under ASan+UBSan in the plain build
+#   cuda_memops, cuda_device_ptr, cuda_coll_*, cuda_stage_4   a GPU's (scripts/gpu-check.sh), or
+#                                         cuda_stage_2 again at 4 ranks
 #   tsan: the mpirun tests (one rank per process: the tool sees no other rank's accesses), but
 #         multihost_transports_2x2 for the net proxy thread
 #
