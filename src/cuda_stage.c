@@ -44,8 +44,10 @@ static struct {
     cu_result_t (*host_alloc)(void **p, size_t nbytes, unsigned flags);
     cu_result_t (*host_free)(void *p);
     cu_result_t (*error_string)(cu_result_t err, const char **str);
+    cu_result_t (*device_count)(int *count); /* optional: device lists only */
+    cu_result_t (*ctx_device)(int *device); /* optional: chorusCommCuDevice only */
 } cu;
-static const char *cu_missing; /* the first function the driver lacks, or NULL */
+static const char *cu_missing; /* the first function staging needs that the driver lacks */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 
 static void cu_resolve(void)
@@ -54,59 +56,46 @@ static void cu_resolve(void)
     struct {
         void **slot;
         const char *name;
+        int needed; /* by staging */
     } fns[] = {
-        {(void **)&cu.ptr_attr, "cuPointerGetAttribute"},
-        {(void **)&cu.ctx_push, "cuCtxPushCurrent_v2"},
-        {(void **)&cu.ctx_pop, "cuCtxPopCurrent_v2"},
-        {(void **)&cu.memcpy_async, "cuMemcpyAsync"},
-        {(void **)&cu.stream_query, "cuStreamQuery"},
-        {(void **)&cu.host_alloc, "cuMemHostAlloc"},
-        {(void **)&cu.host_free, "cuMemFreeHost"},
-        {(void **)&cu.error_string, "cuGetErrorString"},
+        {(void **)&cu.ptr_attr, "cuPointerGetAttribute", 1},
+        {(void **)&cu.ctx_push, "cuCtxPushCurrent_v2", 1},
+        {(void **)&cu.ctx_pop, "cuCtxPopCurrent_v2", 1},
+        {(void **)&cu.memcpy_async, "cuMemcpyAsync", 1},
+        {(void **)&cu.stream_query, "cuStreamQuery", 1},
+        {(void **)&cu.host_alloc, "cuMemHostAlloc", 1},
+        {(void **)&cu.host_free, "cuMemFreeHost", 1},
+        {(void **)&cu.error_string, "cuGetErrorString", 1},
+        {(void **)&cu.device_count, "cuDeviceGetCount", 0},
+        {(void **)&cu.ctx_device, "cuCtxGetDevice", 0},
     };
     for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
         void *f = lib != NULL ? dlsym(lib, fns[i].name) : NULL;
-        if (f == NULL) {
+        if (f == NULL && fns[i].needed && cu_missing == NULL)
             cu_missing = fns[i].name;
-            return;
-        }
         memcpy(fns[i].slot, &f, sizeof(f));
     }
-}
-
-/* Looked up apart from the staging set: a driver without them still stages. */
-static cu_result_t (*cu_device_count)(int *count);
-static cu_result_t (*cu_ctx_device)(int *device);
-
-static void cu_resolve_device(void)
-{
-    void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    void *f = lib != NULL ? dlsym(lib, "cuDeviceGetCount") : NULL;
-    void *g = lib != NULL ? dlsym(lib, "cuCtxGetDevice") : NULL;
-    memcpy(&cu_device_count, &f, sizeof(f));
-    memcpy(&cu_ctx_device, &g, sizeof(g));
-}
-
-int cuda_device_count(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, cu_resolve_device);
-    int n = 0;
-    return cu_device_count != NULL && cu_device_count(&n) == CU_SUCCESS ? n : -1;
-}
-
-int cuda_current_device(void)
-{
-    int dev = -1;
-    if (cuda_device_count() < 0 || cu_ctx_device == NULL || cu_ctx_device(&dev) != CU_SUCCESS)
-        return -1;
-    return dev;
 }
 
 const char *cuda_stage_missing(void)
 {
     pthread_once(&cu_once, cu_resolve);
     return cu_missing;
+}
+
+int cuda_device_count(void)
+{
+    pthread_once(&cu_once, cu_resolve);
+    int n = 0;
+    return cu.device_count != NULL && cu.device_count(&n) == CU_SUCCESS ? n : -1;
+}
+
+int cuda_current_device(void)
+{
+    int dev = -1;
+    if (cuda_device_count() < 0 || cu.ctx_device == NULL || cu.ctx_device(&dev) != CU_SUCCESS)
+        return -1;
+    return dev;
 }
 
 static const char *cu_str(cu_result_t r)
@@ -163,8 +152,8 @@ static regions_t regions_of(const comm_op_t *op, int rank, int nranks)
     return g;
 }
 
-/* The context that owns device pointer p, pushed current; 0 or an error already reported. */
-static chorusResult_t push_ctx(const char *fn, int rank, const void *p)
+/* The context that owns device pointer p, pushed current and returned in *ctx_p. */
+static chorusResult_t push_ctx(const char *fn, int rank, const void *p, cu_context_t *ctx_p)
 {
     cu_context_t ctx = NULL;
     cu_result_t r = cu.ptr_attr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (cu_ptr_t)(uintptr_t)p);
@@ -174,6 +163,7 @@ static chorusResult_t push_ctx(const char *fn, int rank, const void *p)
         return ERR(chorusUnhandledCudaError, SUB_COLL,
                    "%s (rank %d): no CUDA context for the device buffer %p: %s", fn, rank, p,
                    cu_str(r));
+    *ctx_p = ctx;
     return chorusSuccess;
 }
 
@@ -216,8 +206,9 @@ static chorusResult_t wait_stream(chorusComm_t comm, const char *fn, cu_stream_t
     }
 }
 
-/* The pinned arena: at least nbytes, allocated in the current context. */
-static chorusResult_t arena_reserve(chorusComm_t comm, const char *fn, size_t nbytes)
+/* The pinned arena: at least nbytes, allocated in ctx (pushed current by the caller). */
+static chorusResult_t arena_reserve(chorusComm_t comm, const char *fn, size_t nbytes,
+                                    cu_context_t ctx)
 {
     if (comm->stage_nbytes >= nbytes)
         return chorusSuccess;
@@ -233,9 +224,6 @@ static chorusResult_t arena_reserve(chorusComm_t comm, const char *fn, size_t nb
                    comm->rank, want, cu_str(r));
     comm->stage_base = p;
     comm->stage_nbytes = want;
-    cu_context_t ctx = NULL;
-    if (cu.ctx_pop(&ctx) == CU_SUCCESS) /* the current one (pushed by the caller): keep it */
-        cu.ctx_push(ctx);
     comm->stage_ctx = ctx;
     return chorusSuccess;
 }
@@ -249,10 +237,7 @@ static size_t round_up(size_t n)
 
 chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const char *fn)
 {
-    if (cuda_stage_missing() != NULL)
-        return ERR(chorusUnhandledCudaError, SUB_COLL,
-                   "%s (rank %d): device buffers need the CUDA driver's %s, which it lacks", fn,
-                   comm->rank, cu_missing);
+    /* on_device ops passed check_buffer, which found the driver complete (cuda_stage_missing). */
     /* Sizes first: one arena for every device operation of the batch. */
     size_t total = 0;
     const void *any = NULL;
@@ -265,8 +250,9 @@ chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const cha
     }
     if (any == NULL)
         return chorusSuccess; /* device operations with nothing to move (count 0) */
-    CHECK(push_ctx(fn, comm->rank, any));
-    chorusResult_t res = arena_reserve(comm, fn, total);
+    cu_context_t ctx;
+    CHECK(push_ctx(fn, comm->rank, any, &ctx));
+    chorusResult_t res = arena_reserve(comm, fn, total, ctx);
     char *at = comm->stage_base;
     for (int i = 0; i < n && res == chorusSuccess; i++) {
         if (!ops[i].on_device)
@@ -312,7 +298,8 @@ chorusResult_t cuda_stage_out(chorusComm_t comm, const comm_op_t *user, const co
             any = user[i].args.recvbuff;
     if (any == NULL)
         return chorusSuccess;
-    CHECK(push_ctx(fn, comm->rank, any));
+    cu_context_t ctx;
+    CHECK(push_ctx(fn, comm->rank, any, &ctx));
     chorusResult_t res = chorusSuccess;
     for (int i = 0; i < n && res == chorusSuccess; i++) {
         regions_t g = regions_of(&user[i], comm->rank, comm->nranks);
