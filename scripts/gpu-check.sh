@@ -75,8 +75,7 @@ done
 t0=$SECONDS
 if timeout 300 "$build/perftests/cuda_memops_perf" -b 1M -e 1G -f 4 -n 20 >"$OUT/cuda_memops_perf.log" 2>&1; then
     say "cuda_memops_perf ($((SECONDS - t0)) s):"
-    sed 's/^/    /' "$OUT/cuda_memops_perf.log" | tee -a "$summary" >/dev/null
-    sed 's/^/    /' "$OUT/cuda_memops_perf.log"
+    sed 's/^/    /' "$OUT/cuda_memops_perf.log" | tee -a "$summary"
 else
     say "cuda_memops_perf: FAILED ($(tail -1 "$OUT/cuda_memops_perf.log"))"
     status=1
