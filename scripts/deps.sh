@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
     build-essential cmake pkg-config  # toolchain
     libhwloc-dev                      # topology (required by the library)
+    libibverbs-dev                    # verbs headers for the IB plugin (libibverbs is dlopen'd)
     openmpi-bin libopenmpi-dev        # mpirun, chorus_mpi.h, perftests' MPI comparison
     libopenblas-dev zlib1g-dev        # trainer: matrix products, gzip'd IDX files
     gnuplot-nox                       # trainer/plot: loss and accuracy curves as PNG

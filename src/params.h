@@ -35,6 +35,12 @@ typedef struct params {
     int64_t nsocks_perthread; /* CHORUS_NSOCKS_PERTHREAD */
     int64_t socket_nthreads; /* CHORUS_SOCKET_NTHREADS */
     int64_t net_speed_mbps; /* CHORUS_NET_SPEED_MBPS */
+    char ib_hca[PARAM_STR_MAX]; /* CHORUS_IB_HCA */
+    int64_t ib_gid_index; /* CHORUS_IB_GID_INDEX */
+    int64_t ib_timeout; /* CHORUS_IB_TIMEOUT */
+    int64_t ib_retry_cnt; /* CHORUS_IB_RETRY_CNT */
+    int64_t ib_qps; /* CHORUS_IB_QPS_PER_CONNECTION */
+    char ibverbs_path[PARAM_STR_MAX]; /* CHORUS_IBVERBS_PATH */
     char algo[PARAM_STR_MAX]; /* CHORUS_ALGO (NCCL syntax) */
     char proto[PARAM_STR_MAX]; /* CHORUS_PROTO (NCCL syntax) */
 } params_t;

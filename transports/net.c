@@ -92,7 +92,7 @@ typedef struct net_wire_handle {
 } net_wire_handle_t;
 _Static_assert(sizeof(net_wire_handle_t) <= TRANSPORT_HANDLE_BYTES, "net handle too large");
 
-static const net_plugin_t *const net_plugins[] = {&net_socket_plugin, NULL};
+static const net_plugin_t *const net_plugins[] = {&net_ib_plugin, &net_socket_plugin, NULL};
 
 /* ---- the proxy thread ---- */
 
@@ -322,9 +322,76 @@ static void proxy_bind(net_state_t *ns)
 static const net_plugin_t *pick_plugin(const char *want)
 {
     for (int i = 0; net_plugins[i] != NULL; i++)
-        if (want[0] == '\0' || strcasecmp(want, net_plugins[i]->name) == 0)
+        if (strcasecmp(want, net_plugins[i]->name) == 0)
             return net_plugins[i];
     return NULL;
+}
+
+/* Init plugin pl and count its devices; on failure nothing is left open. */
+static chorusResult_t plugin_open(const net_plugin_t *pl, const net_config_t *cfg, void **ctx_p,
+                                  int *ndev_p)
+{
+    void *ctx = NULL;
+    int ndev = 0;
+    CHECK(pl->init(cfg, &ctx));
+    chorusResult_t res = pl->devices(ctx, &ndev);
+    if (res != chorusSuccess) {
+        pl->finalize(ctx);
+        return res;
+    }
+    *ctx_p = ctx;
+    *ndev_p = ndev;
+    return chorusSuccess;
+}
+
+/*
+ * Which plugin: CHORUS_NET names one (an error when it has no usable device); unset, IB when it
+ * finds an active port, else sockets. IB settings that are wrong are errors either way; IB
+ * failing for another reason (no rdma-core, no device, a verb refused) falls back to sockets.
+ */
+static chorusResult_t pick_and_open(const params_t *p, const net_config_t *cfg,
+                                    const net_plugin_t **pl_p, void **ctx_p)
+{
+    const net_plugin_t *pl;
+    int ndev = 0;
+    void *ctx = NULL;
+    if (p->net[0] == '\0') {
+        chorusResult_t res = plugin_open(&net_ib_plugin, cfg, &ctx, &ndev);
+        if (res == chorusInvalidArgument || res == chorusInvalidUsage)
+            return res;
+        if (res == chorusSuccess && ndev > 0) {
+            *pl_p = &net_ib_plugin;
+            *ctx_p = ctx;
+            return chorusSuccess;
+        }
+        if (res == chorusSuccess)
+            net_ib_plugin.finalize(ctx);
+        else
+            WARN(SUB_NET, "IB plugin unusable (%s); using sockets", debug_last_error());
+        pl = &net_socket_plugin;
+    } else {
+        pl = pick_plugin(p->net);
+        if (pl == NULL)
+            return ERR(chorusInvalidArgument, SUB_NET,
+                       "CHORUS_NET=%s names no net plugin of this build (available: IB, Socket)",
+                       p->net);
+    }
+    CHECK(plugin_open(pl, cfg, &ctx, &ndev));
+    if (ndev == 0) {
+        pl->finalize(ctx);
+        if (pl == &net_ib_plugin)
+            return ERR(chorusSystemError, SUB_NET,
+                       "CHORUS_NET=IB, but no active IB port was found (CHORUS_IB_HCA=\"%s\", "
+                       "CHORUS_IBVERBS_PATH=\"%s\"; CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=NET "
+                       "says why)",
+                       p->ib_hca, p->ibverbs_path);
+        return ERR(chorusSystemError, SUB_NET,
+                   "net plugin %s found no usable device (CHORUS_SOCKET_IFNAME=\"%s\")", pl->name,
+                   p->socket_ifname);
+    }
+    *pl_p = pl;
+    *ctx_p = ctx;
+    return chorusSuccess;
 }
 
 static chorusResult_t net_state_get(transport_comm_t *tc, net_state_t **ns_p)
@@ -334,14 +401,9 @@ static chorusResult_t net_state_get(transport_comm_t *tc, net_state_t **ns_p)
         return chorusSuccess;
     }
     const params_t *p = tc->params;
-    const net_plugin_t *pl = pick_plugin(p->net);
-    if (pl == NULL)
-        return ERR(chorusInvalidArgument, SUB_NET,
-                   "CHORUS_NET=%s names no net plugin of this build (available: Socket)", p->net);
     net_state_t *ns = calloc(1, sizeof(*ns));
     if (ns == NULL)
         return ERR(chorusSystemError, SUB_NET, "out of memory");
-    ns->plugin = pl;
     ns->tc = tc;
     pthread_mutex_init(&ns->lock, NULL);
     ns->bell.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -357,15 +419,16 @@ static chorusResult_t net_state_get(transport_comm_t *tc, net_state_t **ns_p)
                         .speed_mbps = (int)p->net_speed_mbps,
                         .timeout_ms = tc->timeout_ms,
                         .abort_flag = tc->abort_flag,
-                        .rank = tc->rank};
-    chorusResult_t res = pl->init(&cfg, &ns->ctx);
-    int ndev = 0;
-    if (res == chorusSuccess)
-        res = pl->devices(ns->ctx, &ndev);
-    if (res == chorusSuccess && ndev == 0)
-        res = ERR(chorusSystemError, SUB_NET,
-                  "net plugin %s found no usable device (CHORUS_SOCKET_IFNAME=\"%s\")", pl->name,
-                  p->socket_ifname);
+                        .rank = tc->rank,
+                        .ib_hca = p->ib_hca,
+                        .ib_gid_index = (int)p->ib_gid_index,
+                        .ib_timeout = (int)p->ib_timeout,
+                        .ib_retry_cnt = (int)p->ib_retry_cnt,
+                        .ib_qps = (int)p->ib_qps,
+                        .ibverbs_path = p->ibverbs_path};
+    const net_plugin_t *pl = NULL;
+    chorusResult_t res = pick_and_open(p, &cfg, &pl, &ns->ctx);
+    ns->plugin = pl;
     if (res == chorusSuccess)
         res = pl->get_properties(ns->ctx, 0, &ns->props);
     if (res == chorusSuccess) {

@@ -45,6 +45,13 @@ typedef struct net_config {
     int64_t timeout_ms; /* bound of connect/accept */
     const volatile uint32_t *abort_flag; /* non-zero: give up */
     int rank; /* for logs */
+    /* IB plugin */
+    const char *ib_hca; /* CHORUS_IB_HCA (NCCL syntax); "" every device */
+    int ib_gid_index; /* CHORUS_IB_GID_INDEX; -1 automatic */
+    int ib_timeout; /* CHORUS_IB_TIMEOUT: the QP's 4.096 us x 2^timeout ack timeout */
+    int ib_retry_cnt; /* CHORUS_IB_RETRY_CNT */
+    int ib_qps; /* CHORUS_IB_QPS_PER_CONNECTION */
+    const char *ibverbs_path; /* CHORUS_IBVERBS_PATH; "" libibverbs.so.1 */
 } net_config_t;
 
 /* Where a plugin's buffers may live. */
@@ -100,5 +107,7 @@ typedef struct net_plugin {
 } net_plugin_t;
 
 extern const net_plugin_t net_socket_plugin;
+/* InfiniBand/RoCE verbs (net_ib.c; net_ib_none.c where the build has no verbs headers). */
+extern const net_plugin_t net_ib_plugin;
 
 #endif /* CHORUS_NET_H */
