@@ -80,6 +80,10 @@ asan_tests=(
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     asan_tests+=(cuda_stage_2)
 fi
+# The IB plugin on the verbs emulator, where the verbs headers are (libibverbs-dev, deps.sh).
+have_verbs=0
+[ -f /usr/include/infiniband/verbs.h ] && have_verbs=1
+[ $have_verbs = 1 ] && asan_tests+=(net_ib softverbs_rc multihost_ib_2x2_auto)
 # Progress and abort under TSan: ranks as threads in one process, plus the threads every rank
 # process runs (bootstrap root under a flood, net proxy). faults_abort_* abort from another thread
 # while calls block, start or loop; they run alone (RUN_SERIAL).
@@ -88,6 +92,7 @@ tsan_tests=(
     split_threads_8 lifecycle invalid_args uniqueid net_socket multihost_transports_2x2 boot_flood
     two_jobs_net faults_abort_blocked faults_abort_race faults_abort_idle faults_abort_busy
 )
+[ $have_verbs = 1 ] && tsan_tests+=(net_ib softverbs_rc)
 
 regex() {
     local IFS='|'
