@@ -306,7 +306,8 @@ int sv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
         struct sv_rwqe *r = &q->rq[q->rq_tail++ % q->rq_cap];
         r->wr_id = wr->wr_id;
         r->nsge = wr->num_sge;
-        memcpy(r->sge, wr->sg_list, sizeof(*r->sge) * (size_t)wr->num_sge);
+        if (wr->num_sge > 0) /* a receive without sges (write with immediate) may pass NULL */
+            memcpy(r->sge, wr->sg_list, sizeof(*r->sge) * (size_t)wr->num_sge);
     }
     pthread_mutex_unlock(&c->lock);
     return err;
