@@ -40,6 +40,8 @@ typedef struct params {
     int64_t ib_timeout; /* CHORUS_IB_TIMEOUT */
     int64_t ib_retry_cnt; /* CHORUS_IB_RETRY_CNT */
     int64_t ib_qps; /* CHORUS_IB_QPS_PER_CONNECTION */
+    int64_t ib_tc; /* CHORUS_IB_TC */
+    int64_t ib_sl; /* CHORUS_IB_SL */
     char ibverbs_path[PARAM_STR_MAX]; /* CHORUS_IBVERBS_PATH */
     char algo[PARAM_STR_MAX]; /* CHORUS_ALGO (NCCL syntax) */
     char proto[PARAM_STR_MAX]; /* CHORUS_PROTO (NCCL syntax) */

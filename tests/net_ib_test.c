@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -305,6 +307,48 @@ static void test_peer_close(int close_sender)
                    close_sender ? "sender" : "receiver");
 }
 
+/* A stranger connects to the side channel first and goes silent after 3 bytes: accept drops it
+ * (2 s) and takes the real connector; it never blocks on the stranger. */
+static void test_stranger(void)
+{
+    long before = harness_failures;
+    net_config_t cfg = make_cfg(1);
+    void *rctx = NULL, *sctx = NULL, *lcomm = NULL, *scomm = NULL, *rcomm = NULL;
+    net_handle_t h;
+    CHECK_OK(P->init(&cfg, &rctx));
+    CHECK_OK(P->init(&cfg, &sctx));
+    if (rctx != NULL && sctx != NULL && P->listen(rctx, 0, &h, &lcomm) == chorusSuccess) {
+        struct sockaddr_storage sa;
+        memset(&sa, 0, sizeof(sa));
+        memcpy(&sa, h.bytes + 56, 28); /* ib_handle_t's side-channel address (net_ib.c) */
+        int fd = socket(sa.ss_family, SOCK_STREAM, 0);
+        socklen_t len =
+            sa.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+        CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&sa, len) == 0, "stranger connect: %s",
+              strerror(errno));
+        CHECK(fd < 0 || write(fd, "abc", 3) == 3, "stranger write");
+        CHECK_OK(P->connect(sctx, 0, &h, &scomm));
+        double t0 = harness_now_s();
+        CHECK_OK(P->accept(lcomm, &rcomm));
+        double dt = harness_now_s() - t0;
+        CHECK(rcomm != NULL && dt < 4, "accept with a silent stranger queued took %.2f s", dt);
+        if (fd >= 0)
+            close(fd);
+    }
+    if (scomm)
+        P->close_send(scomm);
+    if (rcomm)
+        P->close_recv(rcomm);
+    if (lcomm)
+        P->close_listen(lcomm);
+    if (sctx)
+        P->finalize(sctx);
+    if (rctx)
+        P->finalize(rctx);
+    harness_report(before,
+                   "a silent stranger on the side channel: dropped, the real peer accepted");
+}
+
 /* ---- scenarios in a fresh process (the emulator reads its SOFTVERBS_* variables at open) ---- */
 
 /* One message through a link whose emulator injects a fault; the sender must fail with text. */
@@ -473,6 +517,7 @@ int main(int argc, char **argv)
     test_outside();
     test_peer_close(1);
     test_peer_close(0);
+    test_stranger();
     static const char *const none[] = {NULL};
     static const char *const rkey[] = {"SOFTVERBS_FAULT=rkey@2", NULL};
     static const char *const qp_err[] = {"SOFTVERBS_FAULT=qp_err@2", NULL};

@@ -425,6 +425,8 @@ static chorusResult_t net_state_get(transport_comm_t *tc, net_state_t **ns_p)
                         .ib_timeout = (int)p->ib_timeout,
                         .ib_retry_cnt = (int)p->ib_retry_cnt,
                         .ib_qps = (int)p->ib_qps,
+                        .ib_tc = (int)p->ib_tc,
+                        .ib_sl = (int)p->ib_sl,
                         .ibverbs_path = p->ibverbs_path};
     const net_plugin_t *pl = NULL;
     chorusResult_t res = pick_and_open(p, &cfg, &pl, &ns->ctx);

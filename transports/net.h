@@ -51,6 +51,8 @@ typedef struct net_config {
     int ib_timeout; /* CHORUS_IB_TIMEOUT: the QP's 4.096 us x 2^timeout ack timeout */
     int ib_retry_cnt; /* CHORUS_IB_RETRY_CNT */
     int ib_qps; /* CHORUS_IB_QPS_PER_CONNECTION */
+    int ib_tc; /* CHORUS_IB_TC: RoCE traffic class */
+    int ib_sl; /* CHORUS_IB_SL: IB service level */
     const char *ibverbs_path; /* CHORUS_IBVERBS_PATH; "" libibverbs.so.1 */
 } net_config_t;
 

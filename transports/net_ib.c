@@ -28,6 +28,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -51,6 +53,12 @@
 #define IB_INFO_WAIT_NS                                                                            \
     2000000000ll /* a connection that does not send its info in 2 s is dropped */
 #define IB_LIVENESS_EVERY 64 /* progress passes between two looks at the side channel */
+#define IB_MEMLOCK_HINT " (is the locked-memory limit, `ulimit -l`, high enough?)"
+/* The side channel's TCP keepalive: a host that vanished (power, cable) sends no FIN; after
+ * 10 s idle, 5 probes 2 s apart find it gone, and the comm fails at its next progress. */
+#define IB_KEEPIDLE_S 10
+#define IB_KEEPINTVL_S 2
+#define IB_KEEPCNT 5
 
 enum { WR_DATA = 1, WR_CREDIT = 2, WR_REFUSED = 3 };
 
@@ -117,6 +125,7 @@ typedef struct ib_ctx {
     int nports;
     ib_port_t ports[IB_MAX_DEVS];
     sock_addr_t addr; /* side-channel listen address */
+    ib_qp_opts_t qp_opts;
     pthread_mutex_t mr_lock;
     ib_mr_entry_t *mrs;
 } ib_ctx_t;
@@ -199,6 +208,7 @@ static chorusResult_t ib_init(const net_config_t *cfg, void **ctx_p)
     ctx->cfg.ib_hca = ctx->hca;
     ctx->cfg.ifname_spec = NULL;
     ctx->cfg.ibverbs_path = NULL;
+    ctx->qp_opts = (ib_qp_opts_t){cfg->ib_timeout, cfg->ib_retry_cnt, cfg->ib_tc, cfg->ib_sl};
     pthread_mutex_init(&ctx->mr_lock, NULL);
     chorusResult_t res = ib_verbs_load(cfg->ibverbs_path, &ctx->v);
     if (res == chorusSuccess && ctx->v != NULL)
@@ -346,12 +356,12 @@ static chorusResult_t ib_comm_alloc(ib_ctx_t *ctx, int dev, int is_send, int nqp
                   strerror(errno));
         goto err;
     }
-    /* Per QP: IB_N data or credit writes, 2 IB_N receives; one refusal marker each. */
-    int cqe = (3 * IB_N + 2) * nqps + 16;
+    /* Per QP: 2 IB_N sends (data or credits, and a refusal), 2 IB_N receives. */
+    int cqe = 4 * IB_N * nqps + 16;
     c->cq = v->create_cq(dctx, cqe, c, c->chan, 0);
     if (c->cq == NULL) {
-        res = ERR(chorusSystemError, SUB_NET, "IB plugin: ibv_create_cq(%d) on %s: %s", cqe,
-                  c->port->name, strerror(errno));
+        res = ERR(chorusSystemError, SUB_NET, "IB plugin: ibv_create_cq(%d) on %s: %s%s", cqe,
+                  c->port->name, strerror(errno), IB_MEMLOCK_HINT);
         goto err;
     }
     for (int q = 0; q < nqps; q++) {
@@ -360,14 +370,14 @@ static chorusResult_t ib_comm_alloc(ib_ctx_t *ctx, int dev, int is_send, int nqp
         qa.send_cq = c->cq;
         qa.recv_cq = c->cq;
         qa.qp_type = IBV_QPT_RC;
-        qa.cap.max_send_wr = IB_N + 2;
+        qa.cap.max_send_wr = 2 * IB_N; /* a credit's slot frees only when its ack is polled */
         qa.cap.max_recv_wr = 2 * IB_N;
         qa.cap.max_send_sge = 1;
         qa.cap.max_recv_sge = 1;
         c->qps[q] = v->create_qp(c->port->pd, &qa);
         if (c->qps[q] == NULL) {
-            res = ERR(chorusSystemError, SUB_NET, "IB plugin: ibv_create_qp (RC) on %s: %s",
-                      c->port->name, strerror(errno));
+            res = ERR(chorusSystemError, SUB_NET, "IB plugin: ibv_create_qp (RC) on %s: %s%s",
+                      c->port->name, strerror(errno), IB_MEMLOCK_HINT);
             goto err;
         }
         CHECK_GOTO(ib_qp_init(v, c->qps[q], c->port), res, err);
@@ -384,8 +394,8 @@ static chorusResult_t ib_comm_alloc(ib_ctx_t *ctx, int dev, int is_send, int nqp
     int access = is_send ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : 0;
     c->fifo_mr = v->reg_mr(c->port->pd, c->fifo, IB_N * sizeof(ib_credit_t), access);
     if (c->fifo_mr == NULL) {
-        res = ERR(chorusSystemError, SUB_NET, "IB plugin: ibv_reg_mr of the credit fifo: %s",
-                  strerror(errno));
+        res = ERR(chorusSystemError, SUB_NET, "IB plugin: ibv_reg_mr of the credit fifo: %s%s",
+                  strerror(errno), IB_MEMLOCK_HINT);
         goto err;
     }
     *comm_p = c;
@@ -410,6 +420,23 @@ static ib_peer_addr_t ib_peer(uint32_t qpn, uint32_t psn, uint16_t lid, uint8_t 
 }
 
 /* ---- listen, connect, accept ---- */
+
+/* The side channel outlives the handshake as a liveness signal: non-blocking, with keepalive. */
+static void ib_side_channel(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    int on = 1, idle = IB_KEEPIDLE_S, intvl = IB_KEEPINTVL_S, cnt = IB_KEEPCNT;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0)
+        INFO(SUB_NET,
+             "IB plugin: side-channel keepalive not set (%s): a vanished host is seen "
+             "only by the transport's retries",
+             strerror(errno));
+}
 
 static chorusResult_t ib_listen(void *vctx, int dev, net_handle_t *handle_p, void **listen_comm_p)
 {
@@ -473,9 +500,8 @@ static chorusResult_t ib_connect(void *vctx, int dev, const net_handle_t *handle
     chorusResult_t res;
     for (int q = 0; q < c->nqps; q++) {
         ib_peer_addr_t peer = ib_peer(h.qpn[q], h.psn, h.lid, h.link_layer, h.mtu, h.gid);
-        CHECK_GOTO(ib_qp_connect(ctx->v, c->qps[q], c->port, &peer, c->psn, ctx->cfg.ib_timeout,
-                                 ctx->cfg.ib_retry_cnt),
-                   res, err);
+        CHECK_GOTO(ib_qp_connect(ctx->v, c->qps[q], c->port, &peer, c->psn, &ctx->qp_opts), res,
+                   err);
         c->remote_qpn[q] = h.qpn[q];
     }
     ib_info_t info;
@@ -496,6 +522,7 @@ static chorusResult_t ib_connect(void *vctx, int dev, const net_handle_t *handle
     CHECK_GOTO(sock_connect(&h.addr, deadline, ctx->cfg.abort_flag, &c->fd), res, err);
     /* 72 bytes into a fresh socket's empty buffer: this never waits for accept. */
     CHECK_GOTO(sock_send_all(c->fd, &info, sizeof(info), deadline), res, err);
+    ib_side_channel(c->fd);
     TRACE(SUB_NET, "IB plugin: connected to %s, %d QP(s), first QP 0x%x -> 0x%x", c->peer, c->nqps,
           c->qps[0]->qp_num, c->remote_qpn[0]);
     *send_comm_p = c;
@@ -537,7 +564,7 @@ static chorusResult_t ib_accept(void *vl, void **recv_comm_p)
         int64_t left_ms = (deadline - now) / 1000000 + 1;
         if (poll(&pfd, 1, left_ms < 100 ? (int)left_ms : 100) <= 0)
             continue;
-        fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             continue;
         if (ib_read_info(l, fd, &info))
@@ -548,6 +575,7 @@ static chorusResult_t ib_accept(void *vl, void **recv_comm_p)
     }
     ib_comm_t *c = l->comm;
     c->fd = fd;
+    ib_side_channel(fd);
     sock_addr_t peer;
     socklen_t len = sizeof(peer);
     memset(&peer, 0, sizeof(peer));
@@ -556,8 +584,7 @@ static chorusResult_t ib_accept(void *vl, void **recv_comm_p)
     for (int q = 0; q < c->nqps; q++) {
         ib_peer_addr_t pa =
             ib_peer(info.qpn[q], info.psn, info.lid, info.link_layer, info.mtu, info.gid);
-        CHECK(ib_qp_connect(ctx->v, c->qps[q], c->port, &pa, c->psn, ctx->cfg.ib_timeout,
-                            ctx->cfg.ib_retry_cnt));
+        CHECK(ib_qp_connect(ctx->v, c->qps[q], c->port, &pa, c->psn, &ctx->qp_opts));
         c->remote_qpn[q] = info.qpn[q];
     }
     c->rfifo_addr = info.fifo_addr;
@@ -612,10 +639,8 @@ static chorusResult_t ib_reg_mr(void *comm, void *data, size_t nbytes, int ptr_t
         int err = errno;
         pthread_mutex_unlock(&ctx->mr_lock);
         free(e);
-        return ERR(chorusSystemError, SUB_NET,
-                   "IB plugin: ibv_reg_mr(%p, %zu bytes) on %s: %s (is the locked-memory limit "
-                   "`ulimit -l` high enough?)",
-                   data, nbytes, c->port->name, strerror(err));
+        return ERR(chorusSystemError, SUB_NET, "IB plugin: ibv_reg_mr(%p, %zu bytes) on %s: %s%s",
+                   data, nbytes, c->port->name, strerror(err), IB_MEMLOCK_HINT);
     }
     e->refs = 1;
     e->next = ctx->mrs;

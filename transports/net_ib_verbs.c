@@ -74,6 +74,15 @@ chorusResult_t ib_verbs_load(const char *path, const ib_verbs_t **verbs_p)
         SYM(modify_qp, "ibv_modify_qp", 1);
         SYM(destroy_qp, "ibv_destroy_qp", 1);
         SYM(wc_status_str, "ibv_wc_status_str", 1);
+        SYM(fork_init, "ibv_fork_init", 0);
+        /* Before any registration: on kernels older than 5.13 a fork() (a Python subprocess)
+         * would otherwise copy-on-write registered pages under the HCA. Newer kernels need
+         * nothing and rdma-core makes it a no-op there. */
+        if (verbs.fork_init != NULL && verbs.fork_init() != 0)
+            INFO(SUB_NET,
+                 "IB plugin: ibv_fork_init failed (%s); a fork() after registering "
+                 "memory may corrupt it on old kernels",
+                 strerror(errno));
         verbs_state = 1;
         INFO(SUB_NET, "IB plugin: loaded %s", path);
     }
@@ -193,16 +202,19 @@ static int port_speed_mbps(const struct ibv_port_attr *a)
     return lane_mbps * lanes;
 }
 
-/* 3: RoCE v2 with an IPv4-mapped address, 2: RoCE v2, 1: RoCE v1 or IB, 0: unusable. */
+/* 4: RoCE v2 with an IPv4-mapped address, 3: RoCE v2 routable IPv6, 2: RoCE v2 link-local
+ * (fe80::, not routed across L3), 1: RoCE v1, 0: unusable. */
 static int gid_score(const struct ibv_gid_entry *e)
 {
     static const uint8_t zero[16];
     static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     if (memcmp(e->gid.raw, zero, 16) == 0)
         return 0;
-    if (e->gid_type == IBV_GID_TYPE_ROCE_V2)
-        return memcmp(e->gid.raw, v4mapped, 12) == 0 ? 3 : 2;
-    return 1;
+    if (e->gid_type != IBV_GID_TYPE_ROCE_V2)
+        return 1;
+    if (memcmp(e->gid.raw, v4mapped, 12) == 0)
+        return 4;
+    return e->gid.raw[0] == 0xfe && (e->gid.raw[1] & 0xc0) == 0x80 ? 2 : 3;
 }
 
 static chorusResult_t pick_gid(const ib_verbs_t *v, ib_port_t *p, int gid_tbl_len, int want)
@@ -278,7 +290,13 @@ static chorusResult_t add_port(const ib_verbs_t *v, struct ibv_context *ctx, con
     p->speed_mbps = port_speed_mbps(&a);
     p->max_qp_wr = dattr->max_qp_wr;
     p->max_qp = dattr->max_qp;
-    CHECK(pick_gid(v, p, a.gid_tbl_len, gid_index));
+    chorusResult_t res = pick_gid(v, p, a.gid_tbl_len, gid_index);
+    if (res != chorusSuccess && gid_index < 0) {
+        INFO(SUB_NET, "IB plugin: %s:%d skipped: %s", name, port, debug_last_error());
+        return chorusSuccess;
+    }
+    if (res != chorusSuccess)
+        return res;
     p->pd = v->alloc_pd(ctx);
     if (p->pd == NULL)
         return ERR(chorusSystemError, SUB_NET, "IB plugin: ibv_alloc_pd on %s failed: %s", name,
@@ -381,8 +399,7 @@ chorusResult_t ib_qp_init(const ib_verbs_t *v, struct ibv_qp *qp, const ib_port_
 }
 
 chorusResult_t ib_qp_connect(const ib_verbs_t *v, struct ibv_qp *qp, const ib_port_t *port,
-                             const ib_peer_addr_t *peer, uint32_t my_psn, int timeout,
-                             int retry_cnt)
+                             const ib_peer_addr_t *peer, uint32_t my_psn, const ib_qp_opts_t *opts)
 {
     if (peer->link_layer != port->link_layer)
         return ERR(chorusInvalidUsage, SUB_NET,
@@ -399,27 +416,39 @@ chorusResult_t ib_qp_connect(const ib_verbs_t *v, struct ibv_qp *qp, const ib_po
     a.max_dest_rd_atomic = 1;
     a.min_rnr_timer = 12;
     a.ah_attr.port_num = (uint8_t)port->port;
-    a.ah_attr.sl = 0;
+    a.ah_attr.sl = (uint8_t)opts->sl;
     if (port->link_layer == IBV_LINK_LAYER_ETHERNET) {
         /* RoCE routes by GID: a global route header with the chosen source GID. */
         a.ah_attr.is_global = 1;
         a.ah_attr.grh.dgid = peer->gid;
         a.ah_attr.grh.sgid_index = (uint8_t)port->gid_index;
         a.ah_attr.grh.hop_limit = 255;
+        a.ah_attr.grh.traffic_class = (uint8_t)opts->traffic_class;
     } else {
         a.ah_attr.dlid = peer->lid;
     }
     int err = v->modify_qp(qp, &a,
                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    if (err != 0)
+    if (err != 0) {
+        char where[INET6_ADDRSTRLEN + 16];
+        if (port->link_layer == IBV_LINK_LAYER_ETHERNET) {
+            char gid[INET6_ADDRSTRLEN];
+            inet_ntop(AF_INET6, peer->gid.raw, gid, sizeof(gid));
+            snprintf(where, sizeof(where), "GID %s", gid);
+        } else {
+            snprintf(where, sizeof(where), "lid %u", peer->lid);
+        }
         return ERR(chorusSystemError, SUB_NET,
-                   "IB plugin: QP 0x%x on %s:%d to RTR (peer QP 0x%x, lid %u): %s", qp->qp_num,
-                   port->name, port->port, peer->qpn, peer->lid, strerror(err));
+                   "IB plugin: QP 0x%x on %s:%d to RTR (peer QP 0x%x at %s; own GID index %d, "
+                   "mtu %d): %s",
+                   qp->qp_num, port->name, port->port, peer->qpn, where, port->gid_index,
+                   ib_mtu_bytes(a.path_mtu), strerror(err));
+    }
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTS;
-    a.timeout = (uint8_t)timeout;
-    a.retry_cnt = (uint8_t)retry_cnt;
+    a.timeout = (uint8_t)opts->timeout;
+    a.retry_cnt = (uint8_t)opts->retry_cnt;
     a.rnr_retry = 7; /* receives are always posted ahead; 7 = retry for ever */
     a.sq_psn = my_psn;
     a.max_rd_atomic = 1;

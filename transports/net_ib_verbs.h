@@ -48,6 +48,7 @@ typedef struct ib_verbs {
     int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
     int (*destroy_qp)(struct ibv_qp *qp);
     const char *(*wc_status_str)(enum ibv_wc_status status);
+    int (*fork_init)(void); /* optional */
 } ib_verbs_t;
 
 /* Load the library at path ("" : libibverbs.so.1) once per process; a later call with another
@@ -94,11 +95,18 @@ typedef struct ib_peer_addr {
 
 /* RESET -> INIT with remote-write access. */
 chorusResult_t ib_qp_init(const ib_verbs_t *v, struct ibv_qp *qp, const ib_port_t *port);
-/* INIT -> RTR -> RTS towards peer, with the smaller of the two MTUs, the IB timeout exponent and
- * retry count the user set, infinite RNR retry. */
+/* What the user set for a QP's path (CHORUS_IB_TIMEOUT, _RETRY_CNT, _TC, _SL). */
+typedef struct ib_qp_opts {
+    int timeout;
+    int retry_cnt;
+    int traffic_class; /* RoCE: the GRH's traffic class (DSCP << 2) */
+    int sl; /* IB service level */
+} ib_qp_opts_t;
+
+/* INIT -> RTR -> RTS towards peer, with the smaller of the two MTUs, the user's options, infinite
+ * RNR retry. */
 chorusResult_t ib_qp_connect(const ib_verbs_t *v, struct ibv_qp *qp, const ib_port_t *port,
-                             const ib_peer_addr_t *peer, uint32_t my_psn, int timeout,
-                             int retry_cnt);
+                             const ib_peer_addr_t *peer, uint32_t my_psn, const ib_qp_opts_t *opts);
 
 /* "mtu 4096"-style helpers for logs. */
 int ib_mtu_bytes(enum ibv_mtu mtu);
