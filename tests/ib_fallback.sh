@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# ib_fallback.sh MPIEXEC HOSTID_WRAP COLL_MATRIX: on a machine without an RDMA device the IB
-# plugin reports "no IB device" and a two-host job runs over sockets; CHORUS_NET=IB there fails
-# with an error that says no IB port was found (and how to see why), and never hangs.
+# ib_fallback.sh MPIEXEC HOSTID_WRAP COLL_MATRIX LIBSOFTVERBS: on a machine without an RDMA
+# device the IB plugin reports "no IB device" and a two-host job runs over sockets; CHORUS_NET=IB
+# there fails with an error that says no IB port was found (and how to see why); and a job where
+# one rank runs IB (on the emulator) and the other sockets fails at once naming both plugins,
+# never hanging on the mismatched handshake.
 # Exits 77 (SKIP) when this machine does have an active IB port: the fallback cannot be shown.
 set -uo pipefail
-mpiexec=$1 wrap=$2 prog=$3
+mpiexec=$1 wrap=$2 prog=$3 softverbs=$4
 if compgen -G '/sys/class/infiniband/*/ports/*/state' >/dev/null &&
     grep -qs ACTIVE /sys/class/infiniband/*/ports/*/state; then
     echo "SKIP: this machine has an active RDMA port; the fallback to sockets is not shown here"
@@ -32,5 +34,20 @@ elif ! grep -q "CHORUS_NET=IB, but no active IB port" "$out/ib.log"; then
 else
     grep -m1 "CHORUS_NET=IB, but no active IB port" "$out/ib.log"
 fi
-[ $fail -eq 0 ] && echo "PASS: no IB device: sockets by default, a clear error with CHORUS_NET=IB"
+# Rank 0 on IB (the emulator), rank 1 on sockets.
+cat >"$out/mixed.sh" <<EOS
+#!/usr/bin/env bash
+[ "\${OMPI_COMM_WORLD_RANK:-}" = 0 ] && export CHORUS_NET=IB CHORUS_IBVERBS_PATH=$softverbs
+exec "\$@"
+EOS
+chmod +x "$out/mixed.sh"
+if timeout 60 "$mpiexec" --oversubscribe --allow-run-as-root -np 2 "$out/mixed.sh" "$wrap" 1 \
+    "$prog" --counts 7 >"$out/mixed.log" 2>&1; then
+    echo "FAIL: ranks on different net plugins passed"; fail=1
+elif ! grep -q "runs the IB net plugin, this rank Socket" "$out/mixed.log"; then
+    echo "FAIL: mixed net plugins failed without naming them:"; tail -20 "$out/mixed.log"; fail=1
+else
+    grep -m1 "runs the IB net plugin, this rank Socket" "$out/mixed.log"
+fi
+[ $fail -eq 0 ] && echo "PASS: no IB device: sockets by default, a clear error with CHORUS_NET=IB and with mixed plugins"
 exit $fail

@@ -7,7 +7,8 @@
 #            0,1,7,1031 through 64-byte slots; 2 x 2 with 2^20+3 elements over 2 QPs per connection
 #   faults   test_faults.c's kill and sigstop cases with every rank on its own host over IB
 #   fallback without the emulator the plugin finds no device and the job runs over sockets;
-#            CHORUS_NET=IB then is a clear error (ib_fallback.sh)
+#            CHORUS_NET=IB then is a clear error, and so are ranks on different plugins
+#            (ib_fallback.sh)
 if(NOT CHORUS_HAVE_VERBS_H OR NOT MPI_C_FOUND OR NOT TARGET coll_matrix_mpi)
   message(STATUS "Chorus: no verbs headers or no MPI; the IB multihost tests are not declared")
   return()
@@ -54,4 +55,4 @@ endforeach()
 
 chorus_add_test(NAME ib_fallback TIMEOUT 120 LABELS multihost ib
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ib_fallback.sh ${MPIEXEC_EXECUTABLE} ${ib_wrap}
-          $<TARGET_FILE:coll_matrix_mpi>)
+          $<TARGET_FILE:coll_matrix_mpi> $<TARGET_FILE:softverbs>)

@@ -88,6 +88,7 @@ typedef struct net_wire_handle {
     uint32_t magic;
     uint32_t steps;
     uint64_t slot_nbytes;
+    char plugin[8]; /* the plugin this end runs: both ends must run the same */
     net_handle_t net; /* the listener (recv end only) */
 } net_wire_handle_t;
 _Static_assert(sizeof(net_wire_handle_t) <= TRANSPORT_HANDLE_BYTES, "net handle too large");
@@ -628,6 +629,7 @@ static chorusResult_t net_setup(const conn_setup_t *s, transport_res_t *res, con
     h.magic = NET_HANDLE_MAGIC;
     h.steps = (uint32_t)s->steps;
     h.slot_nbytes = s->slot_nbytes;
+    snprintf(h.plugin, sizeof(h.plugin), "%s", ns->plugin->name);
     if (s->dir == CONN_RECV) {
         chorusResult_t r = ns->plugin->listen(ns->ctx, ns->dev, &h.net, &c->listen_comm);
         if (r != chorusSuccess) {
@@ -667,6 +669,13 @@ static chorusResult_t net_connect(const conn_setup_t *s, const transport_handle_
                    "rank %d's net connection handle does not match ours (steps %u vs %d, slot %llu "
                    "vs %zu bytes): the ranks run with different CHORUS_STEPS/CHORUS_BUFFSIZE",
                    c->peer, h.steps, c->steps, (unsigned long long)h.slot_nbytes, c->slot_nbytes);
+    h.plugin[sizeof(h.plugin) - 1] = '\0';
+    if (strcmp(h.plugin, ns->plugin->name) != 0)
+        return ERR(chorusInvalidUsage, SUB_NET,
+                   "rank %d runs the %s net plugin, this rank %s: every rank must use the same "
+                   "(an IB port is active on one host and not on the other? set CHORUS_NET=IB or "
+                   "CHORUS_NET=Socket on every rank)",
+                   c->peer, h.plugin, ns->plugin->name);
     if (c->dir == CONN_SEND) {
         CHECK(ns->plugin->connect(ns->ctx, ns->dev, &h.net, &c->comm));
     } else {
