@@ -866,10 +866,12 @@ static chorusResult_t ib_isend(void *send_comm, void *data, size_t nbytes, int t
 {
     ib_comm_t *c = send_comm;
     CHECK(ib_check_post(c, data, nbytes, mhandle));
-    *request_p = NULL;
+    ib_req_t *r = NULL;
     if (c->nposted - c->nreported < IB_N)
-        *request_p = ib_new_req(c, data, nbytes, tag, mhandle);
-    return ib_progress(c); /* writes it at once when its credit is here */
+        r = ib_new_req(c, data, nbytes, tag, mhandle);
+    CHECK(ib_progress(c)); /* writes it at once when its credit is here */
+    *request_p = r;
+    return chorusSuccess;
 }
 
 static chorusResult_t ib_irecv(void *recv_comm, void *data, size_t nbytes, int tag, void *mhandle,
