@@ -102,6 +102,8 @@ struct chorusComm {
     void *stage_base; /* pinned arena for device buffers (cuda_stage.c), under exec_lock */
     size_t stage_nbytes;
     void *stage_ctx; /* the CUDA context that allocated it */
+    void *stage_busy; /* a stream whose wait failed: it may still copy into or out of the arena */
+    struct cuda_async *cuda_async; /* the asynchronous way's worker and slots (cuda_stage.c) */
     pthread_mutex_t state_lock; /* guards async_error, last_error, failure */
     char last_error[1024];
 };

@@ -2,11 +2,22 @@
  * cuda_stage.c: collectives on CUDA device buffers, staged through pinned host memory.
  *
  * The first way device buffers run, before the device executor and the cuda_p2p transport
- * (issue 8): every device input is copied into a pinned host arena, in order on the caller's CUDA
+ * (issue 8): every device input is copied into pinned host memory, in order on the caller's CUDA
  * stream (after the work queued there before the call); the operation runs on the host copies as
- * any host operation; the outputs are copied back on the same stream, and the call returns when
- * they have landed. Correct, in stream order, and slow: the calling thread blocks until the
- * stream is idle (not the asynchrony CUDA users expect), and every byte crosses PCIe twice.
+ * any host operation; the outputs are copied back on the same stream. Every byte crosses PCIe
+ * twice. Two ways to order it with the stream:
+ *
+ * - Asynchronous (where the driver has stream memory operations, CHORUS_CUDA_ASYNC=1): the call
+ *   queues on the stream  [inputs D->H] [write ready=seq] [wait done==seq] [outputs H->D]
+ *   [write freed=seq]  and hands the operation to the communicator's CUDA worker thread, then
+ *   returns at once. The worker waits for `ready`, runs the operation on the staging slot, and
+ *   writes `done`, which lets the stream go on. The flags live in mapped pinned memory. A slot is
+ *   reused once the stream wrote its `freed`. A failure is the communicator's async error
+ *   (chorusCommGetAsyncError) and still writes `done`, so the stream never waits for ever.
+ *   Host calls on the same communicator wait for the worker's queue first: every rank then runs
+ *   its operations in issue order.
+ * - Blocking (otherwise): the caller polls the stream idle after the input copies and after the
+ *   output copies, and the call returns when the outputs have landed.
  *
  * CUDA is reached through the driver the application already loaded (mem.c's rule: Chorus never
  * loads it), its functions looked up by name, so this file needs no CUDA header or library. Each
@@ -34,6 +45,8 @@ typedef unsigned long long cu_ptr_t;
 #define CU_ERROR_NOT_READY 600
 #define CU_POINTER_ATTRIBUTE_CONTEXT 1
 #define CU_MEMHOSTALLOC_PORTABLE 1
+#define CU_MEMHOSTALLOC_DEVICEMAP 2
+#define CU_STREAM_WAIT_VALUE_EQ 1
 
 static struct {
     cu_result_t (*ptr_attr)(void *data, int attribute, cu_ptr_t ptr);
@@ -46,6 +59,10 @@ static struct {
     cu_result_t (*error_string)(cu_result_t err, const char **str);
     cu_result_t (*device_count)(int *count); /* optional: device lists only */
     cu_result_t (*ctx_device)(int *device); /* optional: chorusCommCuDevice only */
+    /* optional: the asynchronous path */
+    cu_result_t (*write32)(cu_stream_t stream, cu_ptr_t addr, uint32_t value, unsigned flags);
+    cu_result_t (*wait32)(cu_stream_t stream, cu_ptr_t addr, uint32_t value, unsigned flags);
+    cu_result_t (*host_dptr)(cu_ptr_t *dptr, void *p, unsigned flags);
 } cu;
 static const char *cu_missing; /* the first function staging needs that the driver lacks */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -68,6 +85,9 @@ static void cu_resolve(void)
         {(void **)&cu.error_string, "cuGetErrorString", 1},
         {(void **)&cu.device_count, "cuDeviceGetCount", 0},
         {(void **)&cu.ctx_device, "cuCtxGetDevice", 0},
+        {(void **)&cu.write32, "cuStreamWriteValue32_v2", 0},
+        {(void **)&cu.wait32, "cuStreamWaitValue32_v2", 0},
+        {(void **)&cu.host_dptr, "cuMemHostGetDevicePointer_v2", 0},
     };
     for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
         void *f = lib != NULL ? dlsym(lib, fns[i].name) : NULL;
@@ -206,6 +226,8 @@ static chorusResult_t wait_stream(chorusComm_t comm, const char *fn, cu_stream_t
     }
 }
 
+static void arena_free(chorusComm_t comm);
+
 /* The pinned arena: at least nbytes, allocated in ctx (pushed current by the caller). */
 static chorusResult_t arena_reserve(chorusComm_t comm, const char *fn, size_t nbytes,
                                     cu_context_t ctx)
@@ -215,7 +237,7 @@ static chorusResult_t arena_reserve(chorusComm_t comm, const char *fn, size_t nb
     size_t want = 1 << 20;
     while (want < nbytes)
         want *= 2;
-    cuda_stage_free(comm);
+    arena_free(comm);
     void *p = NULL;
     cu_result_t r = cu.host_alloc(&p, want, CU_MEMHOSTALLOC_PORTABLE);
     if (r != CU_SUCCESS)
@@ -235,10 +257,10 @@ static size_t round_up(size_t n)
     return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
 }
 
-chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const char *fn)
+/* Bytes of staging the device operations of ops need; *any_p: one of their device buffers (the
+ * context owner), NULL when there is nothing to move. */
+static size_t staged_nbytes(chorusComm_t comm, const comm_op_t *ops, int n, const void **any_p)
 {
-    /* on_device ops passed check_buffer, which found the driver complete (cuda_stage_missing). */
-    /* Sizes first: one arena for every device operation of the batch. */
     size_t total = 0;
     const void *any = NULL;
     for (int i = 0; i < n; i++) {
@@ -248,13 +270,15 @@ chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const cha
         total += round_up(g.recv_nbytes) + round_up(g.send_nbytes);
         any = g.recv_nbytes ? (const void *)g.recv : g.send_nbytes ? (const void *)g.send : any;
     }
-    if (any == NULL)
-        return chorusSuccess; /* device operations with nothing to move (count 0) */
-    cu_context_t ctx;
-    CHECK(push_ctx(fn, comm->rank, any, &ctx));
-    chorusResult_t res = arena_reserve(comm, fn, total, ctx);
-    char *at = comm->stage_base;
-    for (int i = 0; i < n && res == chorusSuccess; i++) {
+    *any_p = any;
+    return total;
+}
+
+/* Point the device operations of ops at staging in base and queue their input copies. */
+static chorusResult_t copy_in(chorusComm_t comm, comm_op_t *ops, int n, const char *fn, char *base)
+{
+    char *at = base;
+    for (int i = 0; i < n; i++) {
         if (!ops[i].on_device)
             continue;
         comm_op_t *op = &ops[i];
@@ -273,18 +297,54 @@ chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const cha
             cu_result_t r = cu.memcpy_async((cu_ptr_t)(uintptr_t)send, (cu_ptr_t)(uintptr_t)g.send,
                                             g.send_nbytes, op->cuda_stream);
             if (r != CU_SUCCESS)
-                res = ERR(chorusUnhandledCudaError, SUB_COLL,
-                          "%s (rank %d): copying sendbuff %p (%zu bytes) to pinned memory on "
-                          "stream %p: %s",
-                          fn, comm->rank, (const void *)g.send, g.send_nbytes, op->cuda_stream,
-                          cu_str(r));
+                return ERR(chorusUnhandledCudaError, SUB_COLL,
+                           "%s (rank %d): copying sendbuff %p (%zu bytes) to pinned memory on "
+                           "stream %p: %s",
+                           fn, comm->rank, (const void *)g.send, g.send_nbytes, op->cuda_stream,
+                           cu_str(r));
         }
         op->args.sendbuff = g.send_nbytes ? send : NULL;
         op->args.recvbuff = recv;
     }
+    return chorusSuccess;
+}
+
+/* Queue the output copies of the device operations (user: as called; staged: after copy_in). */
+static chorusResult_t copy_out(chorusComm_t comm, const comm_op_t *user, const comm_op_t *staged,
+                               int n, const char *fn)
+{
+    for (int i = 0; i < n; i++) {
+        regions_t g = regions_of(&user[i], comm->rank, comm->nranks);
+        if (!user[i].on_device || g.recv_nbytes == 0)
+            continue;
+        cu_result_t r = cu.memcpy_async((cu_ptr_t)(uintptr_t)g.recv,
+                                        (cu_ptr_t)(uintptr_t)staged[i].args.recvbuff, g.recv_nbytes,
+                                        user[i].cuda_stream);
+        if (r != CU_SUCCESS)
+            return ERR(chorusUnhandledCudaError, SUB_COLL,
+                       "%s (rank %d): copying the result to recvbuff %p (%zu bytes) on stream %p: "
+                       "%s",
+                       fn, comm->rank, (void *)g.recv, g.recv_nbytes, user[i].cuda_stream,
+                       cu_str(r));
+    }
+    return chorusSuccess;
+}
+
+chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const char *fn)
+{
+    /* on_device ops passed check_buffer, which found the driver complete (cuda_stage_missing). */
+    const void *any;
+    size_t total = staged_nbytes(comm, ops, n, &any); /* one arena for the whole batch */
+    if (any == NULL)
+        return chorusSuccess; /* device operations with nothing to move (count 0) */
+    cu_context_t ctx;
+    CHECK(push_ctx(fn, comm->rank, any, &ctx));
+    chorusResult_t res = arena_reserve(comm, fn, total, ctx);
+    if (res == chorusSuccess)
+        res = copy_in(comm, ops, n, fn, comm->stage_base);
     for (int i = 0; i < n && res == chorusSuccess; i++)
-        if (ops[i].on_device)
-            res = wait_stream(comm, fn, ops[i].cuda_stream);
+        if (ops[i].on_device && (res = wait_stream(comm, fn, ops[i].cuda_stream)) != chorusSuccess)
+            comm->stage_busy = ops[i].cuda_stream;
     pop_ctx();
     return res;
 }
@@ -300,38 +360,384 @@ chorusResult_t cuda_stage_out(chorusComm_t comm, const comm_op_t *user, const co
         return chorusSuccess;
     cu_context_t ctx;
     CHECK(push_ctx(fn, comm->rank, any, &ctx));
-    chorusResult_t res = chorusSuccess;
-    for (int i = 0; i < n && res == chorusSuccess; i++) {
-        regions_t g = regions_of(&user[i], comm->rank, comm->nranks);
-        if (!user[i].on_device || g.recv_nbytes == 0)
-            continue;
-        cu_result_t r = cu.memcpy_async((cu_ptr_t)(uintptr_t)g.recv,
-                                        (cu_ptr_t)(uintptr_t)staged[i].args.recvbuff, g.recv_nbytes,
-                                        user[i].cuda_stream);
-        if (r != CU_SUCCESS)
-            res =
-                ERR(chorusUnhandledCudaError, SUB_COLL,
-                    "%s (rank %d): copying the result to recvbuff %p (%zu bytes) on stream %p: "
-                    "%s",
-                    fn, comm->rank, (void *)g.recv, g.recv_nbytes, user[i].cuda_stream, cu_str(r));
-    }
+    chorusResult_t res = copy_out(comm, user, staged, n, fn);
     /* The arena is reused by the next call: wait until the copies have read it. */
     for (int i = 0; i < n && res == chorusSuccess; i++)
-        if (user[i].on_device)
-            res = wait_stream(comm, fn, user[i].cuda_stream);
+        if (user[i].on_device &&
+            (res = wait_stream(comm, fn, user[i].cuda_stream)) != chorusSuccess)
+            comm->stage_busy = user[i].cuda_stream;
     pop_ctx();
     return res;
 }
 
-void cuda_stage_free(chorusComm_t comm)
+static void arena_free(chorusComm_t comm)
 {
     if (comm->stage_base == NULL)
         return;
     int pushed = comm->stage_ctx != NULL && cu.ctx_push(comm->stage_ctx) == CU_SUCCESS;
+    if (comm->stage_busy != NULL) {
+        /* A call gave up waiting for this stream: its copies may still come. */
+        int64_t deadline = fifo_now_ns() + 10000000000ll;
+        while (cu.stream_query(comm->stage_busy) == CU_ERROR_NOT_READY && fifo_now_ns() < deadline)
+            sched_yield();
+        if (cu.stream_query(comm->stage_busy) == CU_ERROR_NOT_READY) {
+            WARN(SUB_ALLOC,
+                 "CUDA stream %p still busy 10 s after a call gave up on it: its "
+                 "staging buffer is left allocated",
+                 comm->stage_busy);
+            if (pushed)
+                pop_ctx();
+            comm->stage_base = NULL;
+            comm->stage_nbytes = 0;
+            return;
+        }
+        comm->stage_busy = NULL;
+    }
     if (cu.host_free(comm->stage_base) != CU_SUCCESS)
         WARN(SUB_ALLOC, "freeing the pinned staging buffer failed (was CUDA torn down first?)");
     if (pushed)
         pop_ctx();
     comm->stage_base = NULL;
     comm->stage_nbytes = 0;
+}
+
+/* ---- the asynchronous path ---- */
+
+#define ASYNC_SLOTS 8
+
+typedef struct cuda_task {
+    struct cuda_task *next;
+    int slot;
+    uint32_t seq;
+    int n;
+    comm_op_t ops[]; /* staged: host pointers into the slot, on_device 0 */
+} cuda_task_t;
+
+/* Flags the stream writes (ready, freed) and the worker writes (done), in mapped pinned memory. */
+typedef struct {
+    uint32_t ready[ASYNC_SLOTS];
+    uint32_t done[ASYNC_SLOTS];
+    uint32_t freed[ASYNC_SLOTS];
+} async_flags_t;
+
+typedef struct cuda_async {
+    cu_context_t ctx; /* where the flags and slots were allocated */
+    async_flags_t *flags;
+    cu_ptr_t dflags; /* the same memory as the device sees it */
+    struct {
+        char *base;
+        size_t nbytes;
+        uint32_t seq; /* of its last use; free again once freed[] says so */
+    } slot[ASYNC_SLOTS];
+    uint32_t next_seq;
+    int next_slot;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* work queued, or the queue drained */
+    cuda_task_t *head, *tail;
+    int busy, stop;
+} cuda_async_t;
+
+static __thread int is_worker;
+
+int cuda_stage_is_worker(void)
+{
+    return is_worker;
+}
+
+static uint32_t flag_load(const uint32_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+/* Wait until *p == want (written by the stream) with the communicator's deadline and abort. */
+static chorusResult_t wait_flag(chorusComm_t comm, const char *what, const uint32_t *p,
+                                uint32_t want)
+{
+    int64_t start = fifo_now_ns(), deadline = start + comm->timeout_ms * 1000000;
+    while (flag_load(p) != want) {
+        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
+            return ERR(chorusInvalidUsage, SUB_COLL, "rank %d: aborted while waiting for %s",
+                       comm->rank, what);
+        int64_t now = fifo_now_ns();
+        if (now >= deadline)
+            return ERR(chorusTimeout, SUB_COLL,
+                       "rank %d: %s did not come within %lld ms (the CUDA stream is stuck "
+                       "behind earlier work; timeout CHORUS_TIMEOUT_MS)",
+                       comm->rank, what, (long long)comm->timeout_ms);
+        if (now - start < 200000) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return chorusSuccess;
+}
+
+static void *async_main(void *arg)
+{
+    chorusComm_t comm = arg;
+    cuda_async_t *a = comm->cuda_async;
+    is_worker = 1;
+    debug_set_rank(comm->rank);
+    pthread_mutex_lock(&a->lock);
+    for (;;) {
+        while (a->head == NULL && !a->stop)
+            pthread_cond_wait(&a->cond, &a->lock);
+        if (a->head == NULL)
+            break;
+        cuda_task_t *t = a->head;
+        a->head = t->next;
+        if (a->head == NULL)
+            a->tail = NULL;
+        a->busy = 1;
+        pthread_mutex_unlock(&a->lock);
+        debug_clear_error();
+        char what[64];
+        snprintf(what, sizeof(what), "the inputs of a device-buffer call (stream slot %d)",
+                 t->slot);
+        chorusResult_t res = wait_flag(comm, what, &a->flags->ready[t->slot], t->seq);
+        if (res == chorusSuccess)
+            res = comm_exec(comm, t->ops, t->n);
+        /* Failed or not, the stream may go on: its outputs are then stale, and the error is the
+         * communicator's (comm_op_finished), for chorusCommGetAsyncError. */
+        __atomic_store_n(&a->flags->done[t->slot], t->seq, __ATOMIC_RELEASE);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        comm_op_finished(comm, res);
+        free(t);
+        pthread_mutex_lock(&a->lock);
+        a->busy = 0;
+        pthread_cond_broadcast(&a->cond);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return NULL;
+}
+
+/* The worker, its flags, in the context of the first device call (pushed by the caller). */
+static chorusResult_t async_start(chorusComm_t comm, const char *fn, cu_context_t ctx)
+{
+    cuda_async_t *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return ERR(chorusSystemError, SUB_ALLOC, "out of memory");
+    void *p = NULL;
+    cu_result_t r = cu.host_alloc(&p, sizeof(async_flags_t),
+                                  CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    if (r == CU_SUCCESS && (r = cu.host_dptr(&a->dflags, p, 0)) != CU_SUCCESS)
+        cu.host_free(p);
+    if (r != CU_SUCCESS) {
+        free(a);
+        return ERR(chorusUnhandledCudaError, SUB_ALLOC,
+                   "%s (rank %d): mapped pinned memory for stream flags: %s", fn, comm->rank,
+                   cu_str(r));
+    }
+    memset(p, 0, sizeof(async_flags_t));
+    a->flags = p;
+    a->ctx = ctx;
+    pthread_mutex_init(&a->lock, NULL);
+    pthread_cond_init(&a->cond, NULL);
+    comm->cuda_async = a;
+    int err = pthread_create(&a->thread, NULL, async_main, comm);
+    if (err != 0) {
+        comm->cuda_async = NULL;
+        pthread_cond_destroy(&a->cond);
+        pthread_mutex_destroy(&a->lock);
+        cu.host_free(p);
+        free(a);
+        return ERR(chorusSystemError, SUB_COLL, "%s (rank %d): CUDA worker thread: %s", fn,
+                   comm->rank, strerror(err));
+    }
+    return chorusSuccess;
+}
+
+/* 1 when the batch goes the asynchronous way: every operation on device buffers, one stream. */
+static int async_wanted(chorusComm_t comm, const comm_op_t *ops, int n)
+{
+    if (!comm->params.cuda_async || cu.write32 == NULL || cu.wait32 == NULL || cu.host_dptr == NULL)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (!ops[i].on_device || ops[i].cuda_stream != ops[0].cuda_stream)
+            return 0;
+    return n > 0;
+}
+
+static cu_ptr_t flag_dptr(const cuda_async_t *a, const uint32_t *p)
+{
+    return a->dflags + (cu_ptr_t)((const char *)p - (const char *)a->flags);
+}
+
+/* Queue the stream's part of one batch on slot k with sequence number seq. */
+static chorusResult_t async_enqueue(chorusComm_t comm, cuda_async_t *a, int k, uint32_t seq,
+                                    const comm_op_t *user, comm_op_t *staged, int n, const char *fn)
+{
+    cu_stream_t stream = user[0].cuda_stream;
+    CHECK(copy_in(comm, staged, n, fn, a->slot[k].base));
+    cu_result_t r = cu.write32(stream, flag_dptr(a, &a->flags->ready[k]), seq, 0);
+    if (r == CU_SUCCESS)
+        r = cu.wait32(stream, flag_dptr(a, &a->flags->done[k]), seq, CU_STREAM_WAIT_VALUE_EQ);
+    if (r != CU_SUCCESS)
+        return ERR(chorusUnhandledCudaError, SUB_COLL,
+                   "%s (rank %d): stream memory operation on stream %p: %s", fn, comm->rank, stream,
+                   cu_str(r));
+    CHECK(copy_out(comm, user, staged, n, fn));
+    r = cu.write32(stream, flag_dptr(a, &a->flags->freed[k]), seq, 0);
+    if (r != CU_SUCCESS)
+        return ERR(chorusUnhandledCudaError, SUB_COLL,
+                   "%s (rank %d): stream memory operation on stream %p: %s", fn, comm->rank, stream,
+                   cu_str(r));
+    return chorusSuccess;
+}
+
+chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const char *fn,
+                                int *taken_p)
+{
+    *taken_p = 0;
+    pthread_once(&cu_once, cu_resolve);
+    if (!async_wanted(comm, ops, n))
+        return chorusSuccess;
+    *taken_p = 1;
+    const void *any;
+    size_t total = staged_nbytes(comm, ops, n, &any);
+    cuda_task_t *t = malloc(sizeof(*t) + sizeof(comm_op_t) * (size_t)n);
+    if (t == NULL)
+        return ERR(chorusSystemError, SUB_COLL, "out of memory");
+    memcpy(t->ops, ops, sizeof(comm_op_t) * (size_t)n);
+    t->next = NULL;
+    t->n = n;
+    cu_context_t ctx;
+    chorusResult_t res = any != NULL ? push_ctx(fn, comm->rank, any, &ctx) : chorusSuccess;
+    if (res != chorusSuccess) {
+        free(t);
+        return res;
+    }
+    if (any == NULL) { /* count 0: nothing to move, but still in stream order: no-op here */
+        free(t);
+        return chorusSuccess;
+    }
+    if (comm->cuda_async == NULL)
+        res = async_start(comm, fn, ctx);
+    cuda_async_t *a = comm->cuda_async;
+    int k = 0;
+    if (res == chorusSuccess) {
+        k = a->next_slot;
+        a->next_slot = (k + 1) % ASYNC_SLOTS;
+        /* The stream has copied the slot's last outputs out (or it was never used). */
+        res = wait_flag(comm, "a free staging slot", &a->flags->freed[k], a->slot[k].seq);
+    }
+    if (res == chorusSuccess && a->slot[k].nbytes < total) {
+        size_t want = 1 << 20;
+        while (want < total)
+            want *= 2;
+        if (a->slot[k].base != NULL)
+            cu.host_free(a->slot[k].base);
+        a->slot[k].base = NULL;
+        a->slot[k].nbytes = 0;
+        void *p = NULL;
+        cu_result_t r = cu.host_alloc(&p, want, CU_MEMHOSTALLOC_PORTABLE);
+        if (r != CU_SUCCESS)
+            res = ERR(chorusUnhandledCudaError, SUB_ALLOC,
+                      "%s (rank %d): pinned staging slot of %zu bytes (cuMemHostAlloc): %s", fn,
+                      comm->rank, want, cu_str(r));
+        else
+            a->slot[k].base = p, a->slot[k].nbytes = want;
+    }
+    uint32_t seq = 0;
+    if (res == chorusSuccess) {
+        seq = ++a->next_seq;
+        if (seq == 0) /* 0 is every flag's first value: never a sequence number */
+            seq = ++a->next_seq;
+        res = async_enqueue(comm, a, k, seq, ops, t->ops, n, fn);
+        for (int i = 0; i < n; i++)
+            t->ops[i].on_device = 0, t->ops[i].cuda_stream = NULL;
+    }
+    pop_ctx();
+    if (res == chorusSuccess)
+        res = comm_op_started(comm, fn); /* finished by the worker */
+    if (res != chorusSuccess) {
+        free(t);
+        return res;
+    }
+    a->slot[k].seq = seq;
+    t->slot = k;
+    t->seq = seq;
+    pthread_mutex_lock(&a->lock);
+    if (a->tail)
+        a->tail->next = t;
+    else
+        a->head = t;
+    a->tail = t;
+    pthread_cond_signal(&a->cond);
+    pthread_mutex_unlock(&a->lock);
+    return chorusSuccess;
+}
+
+chorusResult_t cuda_stage_drain(chorusComm_t comm)
+{
+    cuda_async_t *a = comm->cuda_async;
+    if (a == NULL || is_worker)
+        return chorusSuccess;
+    int64_t deadline = fifo_now_ns() + comm->timeout_ms * 1000000;
+    pthread_mutex_lock(&a->lock);
+    while (a->head != NULL || a->busy) {
+        if (fifo_now_ns() > deadline) {
+            pthread_mutex_unlock(&a->lock);
+            return ERR(chorusTimeout, SUB_COLL,
+                       "rank %d: device-buffer calls queued before this host call did not run "
+                       "within %lld ms",
+                       comm->rank, (long long)comm->timeout_ms);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20000000;
+        if (ts.tv_nsec >= 1000000000)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&a->cond, &a->lock, &ts);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return chorusSuccess;
+}
+
+/* Stop the worker (its queue has run: comm_wait_idle came first), wait until every stream has
+ * copied its outputs out of the slots, and free them. */
+static void async_free(chorusComm_t comm)
+{
+    cuda_async_t *a = comm->cuda_async;
+    if (a == NULL)
+        return;
+    pthread_mutex_lock(&a->lock);
+    a->stop = 1;
+    pthread_cond_broadcast(&a->cond);
+    pthread_mutex_unlock(&a->lock);
+    pthread_join(a->thread, NULL);
+    int pushed = cu.ctx_push(a->ctx) == CU_SUCCESS;
+    int64_t deadline = fifo_now_ns() + 10000000000ll; /* for all slots together */
+    int leaked = 0;
+    for (int k = 0; k < ASYNC_SLOTS; k++) {
+        if (a->slot[k].base == NULL)
+            continue;
+        while (flag_load(&a->flags->freed[k]) != a->slot[k].seq && fifo_now_ns() < deadline)
+            sched_yield();
+        if (flag_load(&a->flags->freed[k]) != a->slot[k].seq) {
+            WARN(SUB_ALLOC,
+                 "a CUDA stream still holds staging slot %d after 10 s: left "
+                 "allocated",
+                 k);
+            continue;
+        }
+        cu.host_free(a->slot[k].base);
+    }
+    if (!leaked) /* a stream may still write a slot's freed flag */
+        cu.host_free(a->flags);
+    if (pushed)
+        pop_ctx();
+    pthread_cond_destroy(&a->cond);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+    comm->cuda_async = NULL;
+}
+
+void cuda_stage_free(chorusComm_t comm)
+{
+    async_free(comm);
+    arena_free(comm);
 }

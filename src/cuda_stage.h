@@ -19,7 +19,16 @@ chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const cha
 /* Copy staged outputs back to the user's device buffers (user: the ops as called) and wait. */
 chorusResult_t cuda_stage_out(chorusComm_t comm, const comm_op_t *user, const comm_op_t *staged,
                               int n, const char *fn);
-/* Free the arena (comm_free). */
+/* The asynchronous way (CHORUS_CUDA_ASYNC, stream memory operations): when every op is on device
+ * buffers of one stream, queue the batch on the stream and on the communicator's CUDA worker and
+ * set *taken_p (the result is then the call's); else leave *taken_p 0 and do nothing. */
+chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const char *fn,
+                                int *taken_p);
+/* Wait until the CUDA worker has run everything queued (a host call keeps issue order). */
+chorusResult_t cuda_stage_drain(chorusComm_t comm);
+/* 1 on the CUDA worker thread. */
+int cuda_stage_is_worker(void);
+/* Stop the worker, free the slots and the arena (comm_free, after comm_wait_idle). */
 void cuda_stage_free(chorusComm_t comm);
 
 #endif /* CHORUS_CUDA_STAGE_H */

@@ -433,6 +433,16 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
 {
     chorusResult_t res = chorusSuccess;
     debug_set_rank(comm->rank);
+    if (!cuda_stage_is_worker()) {
+        /* Device buffers on one stream: queued there and on the CUDA worker, returns at once.
+         * Anything else waits for what that worker still holds, so every rank runs its
+         * operations in the order it issued them. */
+        int taken = 0;
+        res = cuda_stage_async(comm, ops, n, n > 0 ? coll_name(ops[0].args.kind) : "", &taken);
+        if (taken)
+            return res;
+        CHECK(cuda_stage_drain(comm));
+    }
     pthread_mutex_lock(&comm->exec_lock);
     /* Collectives in issue order, then every send/recv of the batch as one progress loop: a
      * group's point-to-point calls must all progress together (their connections too), whatever
