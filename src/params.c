@@ -214,6 +214,39 @@ chorusResult_t params_get_int(const char *name, int64_t min, int64_t max, int64_
     return chorusSuccess;
 }
 
+int params_list_match(const char *spec, const char *name, int port)
+{
+    int exclude = 0, exact = 0;
+    if (*spec == '^') {
+        exclude = 1;
+        spec++;
+    }
+    if (*spec == '=') {
+        exact = 1;
+        spec++;
+    }
+    int hit = 0;
+    while (*spec != '\0' && !hit) {
+        size_t len = strcspn(spec, ",");
+        char item[256];
+        snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) ? len : sizeof(item) - 1),
+                 spec);
+        int want_port = -1;
+        char *colon = port >= 0 ? strchr(item, ':') : NULL;
+        if (colon != NULL) {
+            *colon = '\0';
+            want_port = atoi(colon + 1);
+        }
+        int name_ok = item[0] != '\0' &&
+                      (exact ? strcmp(item, name) == 0 : strncmp(item, name, strlen(item)) == 0);
+        hit = name_ok && (want_port < 0 || want_port == port);
+        spec += len;
+        if (*spec == ',')
+            spec++;
+    }
+    return exclude ? !hit : hit;
+}
+
 chorusResult_t params_load(params_t *params_p)
 {
     params_t p;

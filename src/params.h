@@ -60,6 +60,10 @@ chorusResult_t params_get_int(const char *name, int64_t min, int64_t max, int64_
  * environment: an integer variable into *int_p, a string one into str. Pure (tests/fuzz). */
 chorusResult_t params_parse_text(const char *name, const char *text, int64_t *int_p,
                                  char str[PARAM_STR_MAX]);
+/* NCCL's list syntax (NCCL_SOCKET_IFNAME, NCCL_IB_HCA): comma-separated prefixes of name, "="
+ * in front for exact names, "^" in front to exclude the list. port >= 0: items may end in
+ * ":port", which must then equal port; port < 0: ':' is part of a name (eth0:1). */
+int params_list_match(const char *spec, const char *name, int port);
 /* Log (at INFO) every variable of the table that is set. */
 void params_log_set(void);
 /* Print the table (name, default, doc) as Markdown rows: used to write the README's table. */

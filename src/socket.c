@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "debug.h"
+#include "params.h"
 #include "fifo.h"
 
 const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len)
@@ -44,24 +45,7 @@ int sock_addr_port(const sock_addr_t *addr)
 /* NCCL_SOCKET_IFNAME syntax: "^" excludes the list, "=" matches names exactly, else prefixes. */
 static int ifname_matches(const char *spec, const char *name)
 {
-    int exclude = 0, exact = 0;
-    if (*spec == '^') {
-        exclude = 1;
-        spec++;
-    }
-    if (*spec == '=') {
-        exact = 1;
-        spec++;
-    }
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", spec);
-    int hit = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (exact ? strcmp(tok, name) == 0 : strncmp(tok, name, strlen(tok)) == 0)
-            hit = 1;
-    }
-    return exclude ? !hit : hit;
+    return params_list_match(spec, name, -1);
 }
 
 chorusResult_t sock_pick_addr(const char *ifname_spec, sock_addr_t *addr_p, char *ifname_p,

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "debug.h"
+#include "params.h"
 
 static pthread_mutex_t verbs_lock = PTHREAD_MUTEX_INITIALIZER;
 static ib_verbs_t verbs;
@@ -104,37 +105,7 @@ fail:
 
 int ib_hca_match(const char *spec, const char *name, int port)
 {
-    if (spec == NULL || spec[0] == '\0')
-        return 1;
-    int exclude = 0, exact = 0;
-    if (*spec == '^') {
-        exclude = 1;
-        spec++;
-    }
-    if (*spec == '=') {
-        exact = 1;
-        spec++;
-    }
-    int hit = 0;
-    while (*spec != '\0' && !hit) {
-        size_t len = strcspn(spec, ",");
-        char item[128];
-        snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) ? len : sizeof(item) - 1),
-                 spec);
-        int want_port = -1;
-        char *colon = strchr(item, ':');
-        if (colon != NULL) {
-            *colon = '\0';
-            want_port = atoi(colon + 1);
-        }
-        int name_ok = item[0] != '\0' &&
-                      (exact ? strcmp(item, name) == 0 : strncmp(item, name, strlen(item)) == 0);
-        hit = name_ok && (want_port < 0 || want_port == port);
-        spec += len;
-        if (*spec == ',')
-            spec++;
-    }
-    return exclude ? !hit : hit;
+    return spec == NULL || spec[0] == '\0' || params_list_match(spec, name, port);
 }
 
 /* ---- ports and GIDs ---- */
