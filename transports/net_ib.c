@@ -746,11 +746,15 @@ static chorusResult_t ib_handle_wc(ib_comm_t *c, const struct ibv_wc *wc)
                            : kind == WR_CREDIT  ? "credit write"
                            : kind == WR_REFUSED ? "refusal"
                                                 : "receive";
+        const char *hint = wc->status == IBV_WC_RETRY_EXC_ERR
+                               ? ": the peer did not acknowledge (a dead host, or ports not on one "
+                                 "fabric: check CHORUS_IB_HCA and CHORUS_IB_GID_INDEX)"
+                               : "";
         return ib_fail(c,
                        "%s completed with error on QP 0x%x (peer QP 0x%x): %s (status %d, "
-                       "vendor error 0x%x)",
+                       "vendor error 0x%x)%s",
                        what, wc->qp_num, q >= 0 ? c->remote_qpn[q] : 0,
-                       c->ctx->v->wc_status_str(wc->status), (int)wc->status, wc->vendor_err);
+                       c->ctx->v->wc_status_str(wc->status), (int)wc->status, wc->vendor_err, hint);
     }
     if (q < 0)
         return ib_fail(c, "completion for QP 0x%x, not one of this connection's", wc->qp_num);
