@@ -378,9 +378,11 @@ static void arena_free(chorusComm_t comm)
     if (comm->stage_busy != NULL) {
         /* A call gave up waiting for this stream: its copies may still come. */
         int64_t deadline = fifo_now_ns() + 10000000000ll;
-        while (cu.stream_query(comm->stage_busy) == CU_ERROR_NOT_READY && fifo_now_ns() < deadline)
+        cu_result_t q;
+        while ((q = cu.stream_query(comm->stage_busy)) == CU_ERROR_NOT_READY &&
+               fifo_now_ns() < deadline)
             sched_yield();
-        if (cu.stream_query(comm->stage_busy) == CU_ERROR_NOT_READY) {
+        if (q == CU_ERROR_NOT_READY) {
             WARN(SUB_ALLOC,
                  "CUDA stream %p still busy 10 s after a call gave up on it: its "
                  "staging buffer is left allocated",
