@@ -1,15 +1,20 @@
 /*
  * cuda_memops.cu: the CUDA memops backend's kernels (contract in cuda_memops.h).
  *
- * One kernel template runs every element-wise operation: a functor maps (x, y) to the result, for
- * reduce (x op y) and divide (x / divisor, y unused). Each launch splits the range in three: a
- * head of elements up to the first 16-byte boundary of dst, a body of 16-byte packs (one vector
- * load of each input and one vector store per pack, 16 / sizeof(T) elements), and a tail; threads
- * stride over the packs, then over head and tail together. The body runs only when a, b and dst
- * are equally aligned modulo 16 (always so for the slices the primitives pass); else every
+ * One kernel body (map_body) runs every element-wise operation: a functor maps (x, y) to the
+ * result, for reduce (x op y) and divide (x / divisor, y unused). Each launch splits the range in
+ * three: a head of elements up to the first 16-byte boundary of dst, a body of 16-byte packs (one
+ * vector load of each input and one vector store per pack, 16 / sizeof(T) elements), and a tail;
+ * threads stride over the packs, then over head and tail together. The body runs only when a, b and
+ * dst are equally aligned modulo 16 (always so for the slices the primitives pass); else every
  * element is loaded alone, and for a pointer not aligned to the element size, byte by byte.
  * Grids are capped at a few blocks per multiprocessor: the loops stride, and more blocks only
  * cost launches.
+ *
+ * The kernels themselves are the extern "C" entry points of cuda_module.h, one per dtype x op x
+ * access mode, instantiated by MAP_KERNELS below: this runtime-API backend launches them with
+ * <<<>>>, and the build compiles this file once more to a fatbin that the library loads with
+ * cuModuleLoadData and launches by name, so both paths run the very same code.
  *
  * The arithmetic copies host_reduce.c's definitions so the two backends agree to the bit: integer
  * sum and product through the unsigned type (wrapping), max/min as x > y ? x : y, float16 and
@@ -26,11 +31,12 @@
 #include <type_traits>
 
 #include "cuda_memops.h"
+#include "cuda_module.h"
 
 namespace
 {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = CUDA_MODULE_THREADS;
 constexpr int kBlocksPerSm = 8;
 constexpr int kMaxDevices = 64;
 
@@ -117,7 +123,9 @@ template <class T> struct op_min {
     }
 };
 
-/* x / divisor, as host_reduce.c's DIVIDE_SIGNED, DIVIDE_UNSIGNED and DIVIDE_FLOAT. */
+/* x / divisor, as host_reduce.c's DIVIDE_SIGNED, DIVIDE_UNSIGNED and DIVIDE_FLOAT. A zero
+ * divisor leaves integers unchanged here too: divide_typed never launches for it, but a driver-API
+ * caller of chorus_map_<int>_div_* may. */
 template <class T> struct op_div {
     uint64_t divisor;
     __device__ T operator()(T x, T) const
@@ -126,6 +134,8 @@ template <class T> struct op_div {
         C v = num<T>::in(x);
         if constexpr (std::is_floating_point<C>::value) {
             return num<T>::out(v / (C)divisor);
+        } else if (divisor == 0) {
+            return x;
         } else if constexpr (std::is_signed<C>::value) {
             if (divisor > (uint64_t)INT64_MAX)
                 return (T)((int64_t)v == INT64_MIN && divisor == (1ull << 63) ? -1 : 0);
@@ -184,10 +194,10 @@ template <class T, bool Bytes> __device__ void store(unsigned char *p, T x)
 
 /* dst[i] = f(a[i], b[i]) for i < count elements of T at these byte addresses: elements
  * [0, head) and [head + npacks * N, count) one by one, the packs between as 16-byte vectors. */
-template <class T, class F, bool Bytes>
-__global__ void __launch_bounds__(kThreads)
-    map_kernel(unsigned char *dst, const unsigned char *a, const unsigned char *b, size_t count,
-               size_t head, size_t npacks, F f)
+template <class T, bool Bytes, class F>
+__device__ __forceinline__ void map_body(unsigned char *dst, const unsigned char *a,
+                                         const unsigned char *b, size_t count, size_t head,
+                                         size_t npacks, F f)
 {
     constexpr size_t N = 16 / sizeof(T);
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -209,6 +219,71 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+/* An entry kernel's body: Op<T> on the operands. div reads a twice rather than b, which a
+ * driver-API caller may leave NULL (b is unused), so the pack loop never touches it. */
+template <class T, template <class> class Op, bool Bytes>
+__device__ __forceinline__ void map_entry(unsigned char *dst, const unsigned char *a,
+                                          const unsigned char *b, size_t count, size_t head,
+                                          size_t npacks, uint64_t divisor)
+{
+    if constexpr (std::is_same<Op<T>, op_div<T>>::value)
+        map_body<T, Bytes>(dst, a, a, count, head, npacks, op_div<T>{divisor});
+    else
+        map_body<T, Bytes>(dst, a, b, count, head, npacks, Op<T>{});
+}
+
+/* The host side's handle on the entry kernel of (T, Op, Bytes): a specialization per kernel,
+ * written by MAP_KERNEL, whose launch() runs it with <<<>>>. */
+template <class T, template <class> class Op, bool Bytes> struct map_entry_kernel;
+
+} // namespace
+
+/* The entry kernels of cuda_module.h, extern "C" so that cuModuleGetFunction finds them by the
+ * plain name; outside the unnamed namespace, which would make them local symbols. */
+#define MAP_KERNEL(dname, T, oname, mname, Bytes)                                                  \
+    extern "C" __global__ void __launch_bounds__(kThreads) chorus_map_##dname##_##oname##_##mname( \
+        unsigned char *dst, const unsigned char *a, const unsigned char *b, size_t count,          \
+        size_t head, size_t npacks, uint64_t divisor)                                              \
+    {                                                                                              \
+        map_entry<T, op_##oname, Bytes>(dst, a, b, count, head, npacks, divisor);                  \
+    }                                                                                              \
+    namespace                                                                                      \
+    {                                                                                              \
+    template <> struct map_entry_kernel<T, op_##oname, Bytes> {                                    \
+        static void launch(unsigned grid, cudaStream_t s, unsigned char *dst,                      \
+                           const unsigned char *a, const unsigned char *b, size_t count,           \
+                           size_t head, size_t npacks, uint64_t divisor)                           \
+        {                                                                                          \
+            chorus_map_##dname##_##oname##_##mname<<<grid, kThreads, 0, s>>>(                      \
+                dst, a, b, count, head, npacks, divisor);                                          \
+        }                                                                                          \
+    };                                                                                             \
+    }
+#define MAP_KERNELS_OP(dname, T, oname)                                                            \
+    MAP_KERNEL(dname, T, oname, vec, false)                                                        \
+    MAP_KERNEL(dname, T, oname, byte, true)
+#define MAP_KERNELS(dname, T)                                                                      \
+    MAP_KERNELS_OP(dname, T, sum)                                                                  \
+    MAP_KERNELS_OP(dname, T, prod)                                                                 \
+    MAP_KERNELS_OP(dname, T, max)                                                                  \
+    MAP_KERNELS_OP(dname, T, min)                                                                  \
+    MAP_KERNELS_OP(dname, T, div)
+
+/* dtype_name() spellings, and by_dtype()'s types. */
+MAP_KERNELS(int8, int8_t)
+MAP_KERNELS(uint8, uint8_t)
+MAP_KERNELS(int32, int32_t)
+MAP_KERNELS(uint32, uint32_t)
+MAP_KERNELS(int64, int64_t)
+MAP_KERNELS(uint64, uint64_t)
+MAP_KERNELS(float16, __half)
+MAP_KERNELS(float32, float)
+MAP_KERNELS(float64, double)
+MAP_KERNELS(bfloat16, __nv_bfloat16)
+
+namespace
+{
+
 int sm_count_cache[kMaxDevices];
 
 /* Blocks for `items` units of work: enough to cover them, at most kBlocksPerSm per SM. */
@@ -228,8 +303,10 @@ unsigned grid_for(size_t items)
     return (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
 }
 
-template <class T, class F>
-int launch(void *dst, const void *a, const void *b, size_t count, F f, void *stream)
+/* Runs Op<T> on count elements: picks the access mode and splits head, packs and tail as
+ * cuda_module.h describes it for a driver-API caller. */
+template <class T, template <class> class Op>
+int launch(void *dst, const void *a, const void *b, size_t count, uint64_t divisor, void *stream)
 {
     if (count == 0)
         return cudaSuccess;
@@ -239,7 +316,8 @@ int launch(void *dst, const void *a, const void *b, size_t count, F f, void *str
     const unsigned char *ap = (const unsigned char *)a, *bp = (const unsigned char *)b;
     cudaStream_t s = (cudaStream_t)stream;
     if (((d | x | y) & (es - 1)) != 0) {
-        map_kernel<T, F, true><<<grid_for(count), kThreads, 0, s>>>(dp, ap, bp, count, count, 0, f);
+        map_entry_kernel<T, Op, true>::launch(grid_for(count), s, dp, ap, bp, count, count, 0,
+                                              divisor);
         return cudaGetLastError();
     }
     size_t head = count, npacks = 0;
@@ -250,8 +328,8 @@ int launch(void *dst, const void *a, const void *b, size_t count, F f, void *str
     }
     size_t single = count - npacks * per_pack; /* head and tail, element by element */
     size_t items = npacks > single ? npacks : single;
-    map_kernel<T, F, false>
-        <<<grid_for(items), kThreads, 0, s>>>(dp, ap, bp, count, head, npacks, f);
+    map_entry_kernel<T, Op, false>::launch(grid_for(items), s, dp, ap, bp, count, head, npacks,
+                                           divisor);
     return cudaGetLastError();
 }
 
@@ -262,13 +340,13 @@ int reduce_typed(void *dst, const void *a, const void *b, size_t count, chorusRe
     switch (op) {
     case chorusSum:
     case chorusAvg:
-        return launch<T>(dst, a, b, count, op_sum<T>{}, stream);
+        return launch<T, op_sum>(dst, a, b, count, 0, stream);
     case chorusProd:
-        return launch<T>(dst, a, b, count, op_prod<T>{}, stream);
+        return launch<T, op_prod>(dst, a, b, count, 0, stream);
     case chorusMax:
-        return launch<T>(dst, a, b, count, op_max<T>{}, stream);
+        return launch<T, op_max>(dst, a, b, count, 0, stream);
     case chorusMin:
-        return launch<T>(dst, a, b, count, op_min<T>{}, stream);
+        return launch<T, op_min>(dst, a, b, count, 0, stream);
     default:
         return cudaErrorInvalidValue;
     }
@@ -280,7 +358,7 @@ int divide_typed(void *dst, const void *src, size_t count, uint64_t divisor, voi
     if (std::is_integral<T>::value && divisor == 0)
         return dst == src ? (int)cudaSuccess
                           : cuda_memops_copy(dst, src, count * sizeof(T), stream);
-    return launch<T>(dst, src, src, count, op_div<T>{divisor}, stream);
+    return launch<T, op_div>(dst, src, src, count, divisor, stream);
 }
 
 } // namespace

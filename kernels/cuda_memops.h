@@ -10,8 +10,8 @@
  * aligned to the element size). Each returns 0 or a cudaError_t value; cuda_memops_error_string
  * names it. Nothing is written for an invalid dtype or op (that returns cudaErrorInvalidValue).
  *
- * The memops_ops_t table has neither a stream nor an error return; the device executor that will
- * drive these (issue 8) adds both to the contract rather than hiding a synchronize here.
+ * The library itself launches the same kernels through the driver API from an embedded fatbin
+ * (cuda_module.h, src/cuda_dev.c); this runtime-API face serves the kernel tests and benchmark.
  */
 #ifndef CHORUS_CUDA_MEMOPS_H
 #define CHORUS_CUDA_MEMOPS_H
