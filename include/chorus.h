@@ -172,6 +172,12 @@ chorusResult_t chorusStreamDestroy(chorusStream_t stream);
  * CHORUS_ZCOPY). Being shared memory, it stays shared with a child made by fork(). Free it with
  * chorusMemFree only. */
 chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes);
+/* Chorus extension: CUDA device memory on the calling thread's current device (what NCCL's
+ * ncclMemAlloc gives), for buffers of device-buffer collectives. The application must have
+ * initialised CUDA (cudaSetDevice, or a current driver context): Chorus never loads it. A build
+ * or a process without CUDA gets chorusInvalidUsage. Free it with chorusMemFree. */
+chorusResult_t chorusMemAllocDevice(void **ptr, size_t nbytes);
+/* Frees chorusMemAlloc and chorusMemAllocDevice memory. */
 chorusResult_t chorusMemFree(void *ptr);
 
 /* Chorus extension (not in NCCL): the algorithm the tuner picks on comm for a collective of count

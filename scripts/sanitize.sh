@@ -36,8 +36,9 @@
 #   shm_*                                 timing-bound or minutes-long fault and resource tests
 #                                         (the kill/sigstop bounds are wall-clock)
 #   fuzz_replay_*                         already run under ASan+UBSan in the plain build
-#   cuda_memops, cuda_device_ptr, cuda_coll_*, cuda_stage_4   a GPU's (scripts/gpu-check.sh), or
-#                                         cuda_stage_2 again at 4 ranks
+#   cuda_memops, cuda_device_ptr, cuda_coll_*, cuda_stage_4, cuda_p2p_4, cuda_p2p_blocking_2
+#                                         a GPU's (scripts/gpu-check.sh), or cuda_stage_2 /
+#                                         cuda_p2p_2 again at 4 ranks or waiting for the stream
 #   tsan: the mpirun tests (one rank per process: the tool sees no other rank's accesses), but
 #         multihost_transports_2x2 for the net proxy thread
 #
@@ -76,9 +77,10 @@ asan_tests=(
     boot_flood_lowfd_rank0 two_jobs_net lifecycle invalid_args uniqueid p2p_group_mixed_threads_3
     stream_threads_3
 )
-# The staging of device buffers (fake driver) exists only in CUDA builds: where nvcc is found.
+# Device buffers (fake driver: staged, and GPU to GPU over cuda_p2p) exist only in CUDA builds:
+# where nvcc is found.
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-    asan_tests+=(cuda_stage_2)
+    asan_tests+=(cuda_stage_2 cuda_p2p_2)
 fi
 # The IB plugin on the verbs emulator, where the verbs headers are (libibverbs-dev, deps.sh).
 have_verbs=0
@@ -152,7 +154,7 @@ run_stage() {
     # Without -Werror: gcc's warnings on instrumented code include false ones (-Wmaybe-uninitialized
     # on a buffer written before the call it flags); the plain build in test.sh enforces warnings.
     # CUDA as in the plain build (AUTO): no stage selects a target that needs the CUDA runtime;
-    # cuda_stage_2 runs the library's staging of device buffers against a fake driver.
+    # cuda_stage_2 and cuda_p2p_2 run the library's device paths against a fake driver.
     mkdir -p "$dir"
     cmake -S . -B "$dir" -DCHORUS_WERROR=OFF -DCHORUS_SANITIZE="$san" \
         >"$dir/sanitize-configure.log" 2>&1 || {

@@ -25,8 +25,10 @@
 #define COMM_DEAD_MAGIC 0xdeadc0deu
 #define MAX_CHANNELS 32
 #define P2P_TAG 0x7fff
+#define DEVICE_RING_TAG 0x7ffe
 /* Connection tags: ring of channel c: c; tree of channel c: TREE_UP_TAG(c) for child -> parent,
- * TREE_DOWN_TAG(c) for parent -> child; point-to-point (and rooted trees): P2P_TAG. */
+ * TREE_DOWN_TAG(c) for parent -> child; point-to-point (and rooted trees): P2P_TAG; the ring of
+ * device-buffer collectives over cuda_p2p (cuda_dev.c): DEVICE_RING_TAG. */
 #define TREE_UP_TAG(c) (64 + 2 * (c))
 #define TREE_DOWN_TAG(c) (65 + 2 * (c))
 
@@ -104,6 +106,8 @@ struct chorusComm {
     void *stage_ctx; /* the CUDA context that allocated it */
     void *stage_busy; /* a stream whose wait failed: it may still copy into or out of the arena */
     struct cuda_async *cuda_async; /* the asynchronous way's worker and slots (cuda_stage.c) */
+    int cuda_direct; /* device-buffer collectives run GPU to GPU over cuda_p2p (cuda_dev.c) */
+    struct cuda_dev *cuda_dev; /* its stream, kernels and ring, from the first such call */
     pthread_mutex_t state_lock; /* guards async_error, last_error, failure */
     char last_error[1024];
 };
@@ -122,6 +126,7 @@ typedef struct comm_op {
     coll_args_t args;
     int on_device; /* the buffers are CUDA device memory (cuda_stage.c) */
     void *cuda_stream; /* then: the caller's cudaStream_t (NULL: the legacy default stream) */
+    int cuda_ordered; /* the CUDA worker runs it: the stream already waits for it (cuda_dev.c) */
 } comm_op_t;
 
 /* connect.c: build the given connection ends with the matching peers (collective over the ranks
@@ -132,6 +137,7 @@ typedef struct conn_req {
     int tag;
     size_t slot_nbytes;
     comm_conn_t *cc;
+    const transport_ops_t *tp; /* NULL: the first of transport_table that can connect */
 } conn_req_t;
 chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n);
 void comm_conn_close(comm_conn_t *cc);

@@ -26,6 +26,8 @@ static void conn_label(int tag, char *buf, size_t len)
 {
     if (tag == P2P_TAG)
         snprintf(buf, len, "p2p");
+    else if (tag == DEVICE_RING_TAG)
+        snprintf(buf, len, "device-ring");
     else if (tag >= TREE_UP_TAG(0))
         snprintf(buf, len, "tree%d", (tag - TREE_UP_TAG(0)) / 2);
     else
@@ -67,7 +69,7 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
     for (int i = 0; i < n; i++) {
         conn_req_t *r = &reqs[i];
         const peer_info_t *peer = &comm->peers[r->peer];
-        r->cc->tp = pick_transport(self, peer);
+        r->cc->tp = r->tp != NULL ? r->tp : pick_transport(self, peer);
         if (r->cc->tp == NULL) {
             res = ERR(chorusInvalidUsage, SUB_INIT,
                       "no transport connects rank %d (host %s) to rank %d (host %s)", comm->rank,

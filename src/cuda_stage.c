@@ -25,7 +25,7 @@
  * wait for a stream polls with the communicator's deadline and abort flag.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
+
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,98 +33,10 @@
 #include <time.h>
 
 #include "comm.h"
+#include "cuda_drv.h"
 #include "cuda_stage.h"
 #include "debug.h"
 #include "memops.h"
-
-typedef int cu_result_t;
-typedef void *cu_context_t;
-typedef void *cu_stream_t;
-typedef unsigned long long cu_ptr_t;
-#define CU_SUCCESS 0
-#define CU_ERROR_NOT_READY 600
-#define CU_POINTER_ATTRIBUTE_CONTEXT 1
-#define CU_MEMHOSTALLOC_PORTABLE 1
-#define CU_MEMHOSTALLOC_DEVICEMAP 2
-#define CU_STREAM_WAIT_VALUE_EQ 1
-
-static struct {
-    cu_result_t (*ptr_attr)(void *data, int attribute, cu_ptr_t ptr);
-    cu_result_t (*ctx_push)(cu_context_t ctx);
-    cu_result_t (*ctx_pop)(cu_context_t *ctx);
-    cu_result_t (*memcpy_async)(cu_ptr_t dst, cu_ptr_t src, size_t nbytes, cu_stream_t stream);
-    cu_result_t (*stream_query)(cu_stream_t stream);
-    cu_result_t (*host_alloc)(void **p, size_t nbytes, unsigned flags);
-    cu_result_t (*host_free)(void *p);
-    cu_result_t (*error_string)(cu_result_t err, const char **str);
-    cu_result_t (*device_count)(int *count); /* optional: device lists only */
-    cu_result_t (*ctx_device)(int *device); /* optional: chorusCommCuDevice only */
-    /* optional: the asynchronous path */
-    cu_result_t (*write32)(cu_stream_t stream, cu_ptr_t addr, uint32_t value, unsigned flags);
-    cu_result_t (*wait32)(cu_stream_t stream, cu_ptr_t addr, uint32_t value, unsigned flags);
-    cu_result_t (*host_dptr)(cu_ptr_t *dptr, void *p, unsigned flags);
-} cu;
-static const char *cu_missing; /* the first function staging needs that the driver lacks */
-static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
-
-static void cu_resolve(void)
-{
-    void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    struct {
-        void **slot;
-        const char *name;
-        int needed; /* by staging */
-    } fns[] = {
-        {(void **)&cu.ptr_attr, "cuPointerGetAttribute", 1},
-        {(void **)&cu.ctx_push, "cuCtxPushCurrent_v2", 1},
-        {(void **)&cu.ctx_pop, "cuCtxPopCurrent_v2", 1},
-        {(void **)&cu.memcpy_async, "cuMemcpyAsync", 1},
-        {(void **)&cu.stream_query, "cuStreamQuery", 1},
-        {(void **)&cu.host_alloc, "cuMemHostAlloc", 1},
-        {(void **)&cu.host_free, "cuMemFreeHost", 1},
-        {(void **)&cu.error_string, "cuGetErrorString", 1},
-        {(void **)&cu.device_count, "cuDeviceGetCount", 0},
-        {(void **)&cu.ctx_device, "cuCtxGetDevice", 0},
-        {(void **)&cu.write32, "cuStreamWriteValue32_v2", 0},
-        {(void **)&cu.wait32, "cuStreamWaitValue32_v2", 0},
-        {(void **)&cu.host_dptr, "cuMemHostGetDevicePointer_v2", 0},
-    };
-    for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
-        void *f = lib != NULL ? dlsym(lib, fns[i].name) : NULL;
-        if (f == NULL && fns[i].needed && cu_missing == NULL)
-            cu_missing = fns[i].name;
-        memcpy(fns[i].slot, &f, sizeof(f));
-    }
-}
-
-const char *cuda_stage_missing(void)
-{
-    pthread_once(&cu_once, cu_resolve);
-    return cu_missing;
-}
-
-int cuda_device_count(void)
-{
-    pthread_once(&cu_once, cu_resolve);
-    int n = 0;
-    return cu.device_count != NULL && cu.device_count(&n) == CU_SUCCESS ? n : -1;
-}
-
-int cuda_current_device(void)
-{
-    int dev = -1;
-    if (cuda_device_count() < 0 || cu.ctx_device == NULL || cu.ctx_device(&dev) != CU_SUCCESS)
-        return -1;
-    return dev;
-}
-
-static const char *cu_str(cu_result_t r)
-{
-    const char *s = NULL;
-    if (cu.error_string == NULL || cu.error_string(r, &s) != CU_SUCCESS || s == NULL)
-        return "unknown CUDA error";
-    return s;
-}
 
 /* Where an operation's input and output lie, in bytes; nbytes 0 where the rank has none. */
 typedef struct {
@@ -172,60 +84,6 @@ static regions_t regions_of(const comm_op_t *op, int rank, int nranks)
     return g;
 }
 
-/* The context that owns device pointer p, pushed current and returned in *ctx_p. */
-static chorusResult_t push_ctx(const char *fn, int rank, const void *p, cu_context_t *ctx_p)
-{
-    cu_context_t ctx = NULL;
-    cu_result_t r = cu.ptr_attr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (cu_ptr_t)(uintptr_t)p);
-    if (r == CU_SUCCESS && ctx != NULL)
-        r = cu.ctx_push(ctx);
-    if (r != CU_SUCCESS)
-        return ERR(chorusUnhandledCudaError, SUB_COLL,
-                   "%s (rank %d): no CUDA context for the device buffer %p: %s", fn, rank, p,
-                   cu_str(r));
-    *ctx_p = ctx;
-    return chorusSuccess;
-}
-
-static void pop_ctx(void)
-{
-    cu_context_t ctx;
-    cu.ctx_pop(&ctx);
-}
-
-/* Wait until everything queued on stream has run, polling with the communicator's deadline. */
-static chorusResult_t wait_stream(chorusComm_t comm, const char *fn, cu_stream_t stream)
-{
-    int64_t start = fifo_now_ns(), deadline = start + comm->timeout_ms * 1000000;
-    for (;;) {
-        cu_result_t r = cu.stream_query(stream);
-        if (r == CU_SUCCESS)
-            return chorusSuccess;
-        if (r != CU_ERROR_NOT_READY)
-            return ERR(chorusUnhandledCudaError, SUB_COLL, "%s (rank %d): CUDA stream %p: %s", fn,
-                       comm->rank, stream, cu_str(r));
-        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
-            return ERR(chorusInvalidUsage, SUB_COLL,
-                       "%s (rank %d): aborted while waiting for CUDA stream %p", fn, comm->rank,
-                       stream);
-        int64_t now = fifo_now_ns();
-        if (now >= deadline)
-            return ERR(chorusTimeout, SUB_COLL,
-                       "%s (rank %d): CUDA stream %p still busy after %lld ms (the work queued "
-                       "before the call does not finish; timeout CHORUS_TIMEOUT_MS)",
-                       fn, comm->rank, stream, (long long)comm->timeout_ms);
-        /* Yield for the first 200 us (a copy of a few bytes takes a few us; a sleep, with the
-         * default 50 us timer slack, cost 230 us per 8-byte call on the H200 machine), then
-         * sleep 100 us at a time: a long kernel ahead costs little CPU. */
-        if (now - start < 200000) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 100000};
-            nanosleep(&ts, NULL);
-        }
-    }
-}
-
 static void arena_free(chorusComm_t comm);
 
 /* The pinned arena: at least nbytes, allocated in ctx (pushed current by the caller). */
@@ -239,11 +97,11 @@ static chorusResult_t arena_reserve(chorusComm_t comm, const char *fn, size_t nb
         want *= 2;
     arena_free(comm);
     void *p = NULL;
-    cu_result_t r = cu.host_alloc(&p, want, CU_MEMHOSTALLOC_PORTABLE);
+    cu_result_t r = cudrv.host_alloc(&p, want, CU_MEMHOSTALLOC_PORTABLE);
     if (r != CU_SUCCESS)
         return ERR(chorusUnhandledCudaError, SUB_ALLOC,
                    "%s (rank %d): pinned staging buffer of %zu bytes (cuMemHostAlloc): %s", fn,
-                   comm->rank, want, cu_str(r));
+                   comm->rank, want, cuda_drv_str(r));
     comm->stage_base = p;
     comm->stage_nbytes = want;
     comm->stage_ctx = ctx;
@@ -294,14 +152,15 @@ static chorusResult_t copy_in(chorusComm_t comm, comm_op_t *ops, int n, const ch
             at += round_up(g.send_nbytes);
         }
         if (g.send_nbytes) {
-            cu_result_t r = cu.memcpy_async((cu_ptr_t)(uintptr_t)send, (cu_ptr_t)(uintptr_t)g.send,
-                                            g.send_nbytes, op->cuda_stream);
+            cu_result_t r =
+                cudrv.memcpy_async((cu_ptr_t)(uintptr_t)send, (cu_ptr_t)(uintptr_t)g.send,
+                                   g.send_nbytes, op->cuda_stream);
             if (r != CU_SUCCESS)
                 return ERR(chorusUnhandledCudaError, SUB_COLL,
                            "%s (rank %d): copying sendbuff %p (%zu bytes) to pinned memory on "
                            "stream %p: %s",
                            fn, comm->rank, (const void *)g.send, g.send_nbytes, op->cuda_stream,
-                           cu_str(r));
+                           cuda_drv_str(r));
         }
         op->args.sendbuff = g.send_nbytes ? send : NULL;
         op->args.recvbuff = recv;
@@ -317,15 +176,15 @@ static chorusResult_t copy_out(chorusComm_t comm, const comm_op_t *user, const c
         regions_t g = regions_of(&user[i], comm->rank, comm->nranks);
         if (!user[i].on_device || g.recv_nbytes == 0)
             continue;
-        cu_result_t r = cu.memcpy_async((cu_ptr_t)(uintptr_t)g.recv,
-                                        (cu_ptr_t)(uintptr_t)staged[i].args.recvbuff, g.recv_nbytes,
-                                        user[i].cuda_stream);
+        cu_result_t r = cudrv.memcpy_async((cu_ptr_t)(uintptr_t)g.recv,
+                                           (cu_ptr_t)(uintptr_t)staged[i].args.recvbuff,
+                                           g.recv_nbytes, user[i].cuda_stream);
         if (r != CU_SUCCESS)
             return ERR(chorusUnhandledCudaError, SUB_COLL,
                        "%s (rank %d): copying the result to recvbuff %p (%zu bytes) on stream %p: "
                        "%s",
                        fn, comm->rank, (void *)g.recv, g.recv_nbytes, user[i].cuda_stream,
-                       cu_str(r));
+                       cuda_drv_str(r));
     }
     return chorusSuccess;
 }
@@ -338,14 +197,15 @@ chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const cha
     if (any == NULL)
         return chorusSuccess; /* device operations with nothing to move (count 0) */
     cu_context_t ctx;
-    CHECK(push_ctx(fn, comm->rank, any, &ctx));
+    CHECK(cuda_push_ctx(fn, comm->rank, any, &ctx));
     chorusResult_t res = arena_reserve(comm, fn, total, ctx);
     if (res == chorusSuccess)
         res = copy_in(comm, ops, n, fn, comm->stage_base);
     for (int i = 0; i < n && res == chorusSuccess; i++)
-        if (ops[i].on_device && (res = wait_stream(comm, fn, ops[i].cuda_stream)) != chorusSuccess)
+        if (ops[i].on_device &&
+            (res = cuda_wait_stream(comm, fn, ops[i].cuda_stream)) != chorusSuccess)
             comm->stage_busy = ops[i].cuda_stream;
-    pop_ctx();
+    cuda_pop_ctx();
     return res;
 }
 
@@ -359,14 +219,14 @@ chorusResult_t cuda_stage_out(chorusComm_t comm, const comm_op_t *user, const co
     if (any == NULL)
         return chorusSuccess;
     cu_context_t ctx;
-    CHECK(push_ctx(fn, comm->rank, any, &ctx));
+    CHECK(cuda_push_ctx(fn, comm->rank, any, &ctx));
     chorusResult_t res = copy_out(comm, user, staged, n, fn);
     /* The arena is reused by the next call: wait until the copies have read it. */
     for (int i = 0; i < n && res == chorusSuccess; i++)
         if (user[i].on_device &&
-            (res = wait_stream(comm, fn, user[i].cuda_stream)) != chorusSuccess)
+            (res = cuda_wait_stream(comm, fn, user[i].cuda_stream)) != chorusSuccess)
             comm->stage_busy = user[i].cuda_stream;
-    pop_ctx();
+    cuda_pop_ctx();
     return res;
 }
 
@@ -374,12 +234,12 @@ static void arena_free(chorusComm_t comm)
 {
     if (comm->stage_base == NULL)
         return;
-    int pushed = comm->stage_ctx != NULL && cu.ctx_push(comm->stage_ctx) == CU_SUCCESS;
+    int pushed = comm->stage_ctx != NULL && cudrv.ctx_push(comm->stage_ctx) == CU_SUCCESS;
     if (comm->stage_busy != NULL) {
         /* A call gave up waiting for this stream: its copies may still come. */
         int64_t deadline = fifo_now_ns() + 10000000000ll;
         cu_result_t q;
-        while ((q = cu.stream_query(comm->stage_busy)) == CU_ERROR_NOT_READY &&
+        while ((q = cudrv.stream_query(comm->stage_busy)) == CU_ERROR_NOT_READY &&
                fifo_now_ns() < deadline)
             sched_yield();
         if (q == CU_ERROR_NOT_READY) {
@@ -388,17 +248,17 @@ static void arena_free(chorusComm_t comm)
                  "staging buffer is left allocated",
                  comm->stage_busy);
             if (pushed)
-                pop_ctx();
+                cuda_pop_ctx();
             comm->stage_base = NULL;
             comm->stage_nbytes = 0;
             return;
         }
         comm->stage_busy = NULL;
     }
-    if (cu.host_free(comm->stage_base) != CU_SUCCESS)
+    if (cudrv.host_free(comm->stage_base) != CU_SUCCESS)
         WARN(SUB_ALLOC, "freeing the pinned staging buffer failed (was CUDA torn down first?)");
     if (pushed)
-        pop_ctx();
+        cuda_pop_ctx();
     comm->stage_base = NULL;
     comm->stage_nbytes = 0;
 }
@@ -523,15 +383,15 @@ static chorusResult_t async_start(chorusComm_t comm, const char *fn, cu_context_
     if (a == NULL)
         return ERR(chorusSystemError, SUB_ALLOC, "out of memory");
     void *p = NULL;
-    cu_result_t r = cu.host_alloc(&p, sizeof(async_flags_t),
-                                  CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
-    if (r == CU_SUCCESS && (r = cu.host_dptr(&a->dflags, p, 0)) != CU_SUCCESS)
-        cu.host_free(p);
+    cu_result_t r = cudrv.host_alloc(&p, sizeof(async_flags_t),
+                                     CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    if (r == CU_SUCCESS && (r = cudrv.host_dptr(&a->dflags, p, 0)) != CU_SUCCESS)
+        cudrv.host_free(p);
     if (r != CU_SUCCESS) {
         free(a);
         return ERR(chorusUnhandledCudaError, SUB_ALLOC,
                    "%s (rank %d): mapped pinned memory for stream flags: %s", fn, comm->rank,
-                   cu_str(r));
+                   cuda_drv_str(r));
     }
     memset(p, 0, sizeof(async_flags_t));
     a->flags = p;
@@ -544,7 +404,7 @@ static chorusResult_t async_start(chorusComm_t comm, const char *fn, cu_context_
         comm->cuda_async = NULL;
         pthread_cond_destroy(&a->cond);
         pthread_mutex_destroy(&a->lock);
-        cu.host_free(p);
+        cudrv.host_free(p);
         free(a);
         return ERR(chorusSystemError, SUB_COLL, "%s (rank %d): CUDA worker thread: %s", fn,
                    comm->rank, strerror(err));
@@ -555,7 +415,8 @@ static chorusResult_t async_start(chorusComm_t comm, const char *fn, cu_context_
 /* 1 when the batch goes the asynchronous way: every operation on device buffers, one stream. */
 static int async_wanted(chorusComm_t comm, const comm_op_t *ops, int n)
 {
-    if (!comm->params.cuda_async || cu.write32 == NULL || cu.wait32 == NULL || cu.host_dptr == NULL)
+    if (!comm->params.cuda_async || cudrv.write32 == NULL || cudrv.wait32 == NULL ||
+        cudrv.host_dptr == NULL)
         return 0;
     for (int i = 0; i < n; i++)
         if (!ops[i].on_device || ops[i].cuda_stream != ops[0].cuda_stream)
@@ -570,23 +431,26 @@ static cu_ptr_t flag_dptr(const cuda_async_t *a, const uint32_t *p)
 
 /* Queue the stream's part of one batch on slot k with sequence number seq. */
 static chorusResult_t async_enqueue(chorusComm_t comm, cuda_async_t *a, int k, uint32_t seq,
-                                    const comm_op_t *user, comm_op_t *staged, int n, const char *fn)
+                                    const comm_op_t *user, comm_op_t *staged, int n, const char *fn,
+                                    int direct)
 {
     cu_stream_t stream = user[0].cuda_stream;
-    CHECK(copy_in(comm, staged, n, fn, a->slot[k].base));
-    cu_result_t r = cu.write32(stream, flag_dptr(a, &a->flags->ready[k]), seq, 0);
+    if (!direct)
+        CHECK(copy_in(comm, staged, n, fn, a->slot[k].base));
+    cu_result_t r = cudrv.write32(stream, flag_dptr(a, &a->flags->ready[k]), seq, 0);
     if (r == CU_SUCCESS)
-        r = cu.wait32(stream, flag_dptr(a, &a->flags->done[k]), seq, CU_STREAM_WAIT_VALUE_EQ);
+        r = cudrv.wait32(stream, flag_dptr(a, &a->flags->done[k]), seq, CU_STREAM_WAIT_VALUE_EQ);
     if (r != CU_SUCCESS)
         return ERR(chorusUnhandledCudaError, SUB_COLL,
                    "%s (rank %d): stream memory operation on stream %p: %s", fn, comm->rank, stream,
-                   cu_str(r));
-    CHECK(copy_out(comm, user, staged, n, fn));
-    r = cu.write32(stream, flag_dptr(a, &a->flags->freed[k]), seq, 0);
+                   cuda_drv_str(r));
+    if (!direct)
+        CHECK(copy_out(comm, user, staged, n, fn));
+    r = cudrv.write32(stream, flag_dptr(a, &a->flags->freed[k]), seq, 0);
     if (r != CU_SUCCESS)
         return ERR(chorusUnhandledCudaError, SUB_COLL,
                    "%s (rank %d): stream memory operation on stream %p: %s", fn, comm->rank, stream,
-                   cu_str(r));
+                   cuda_drv_str(r));
     return chorusSuccess;
 }
 
@@ -594,12 +458,15 @@ chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const 
                                 int *taken_p)
 {
     *taken_p = 0;
-    pthread_once(&cu_once, cu_resolve);
+    cuda_drv_missing();
     if (!async_wanted(comm, ops, n))
         return chorusSuccess;
     *taken_p = 1;
     const void *any;
     size_t total = staged_nbytes(comm, ops, n, &any);
+    int direct = cuda_dev_wanted(comm, ops, n); /* GPU to GPU: nothing to stage */
+    if (direct)
+        total = 0;
     cuda_task_t *t = malloc(sizeof(*t) + sizeof(comm_op_t) * (size_t)n);
     if (t == NULL)
         return ERR(chorusSystemError, SUB_COLL, "out of memory");
@@ -607,7 +474,7 @@ chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const 
     t->next = NULL;
     t->n = n;
     cu_context_t ctx;
-    chorusResult_t res = any != NULL ? push_ctx(fn, comm->rank, any, &ctx) : chorusSuccess;
+    chorusResult_t res = any != NULL ? cuda_push_ctx(fn, comm->rank, any, &ctx) : chorusSuccess;
     if (res != chorusSuccess) {
         free(t);
         return res;
@@ -631,15 +498,15 @@ chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const 
         while (want < total)
             want *= 2;
         if (a->slot[k].base != NULL)
-            cu.host_free(a->slot[k].base);
+            cudrv.host_free(a->slot[k].base);
         a->slot[k].base = NULL;
         a->slot[k].nbytes = 0;
         void *p = NULL;
-        cu_result_t r = cu.host_alloc(&p, want, CU_MEMHOSTALLOC_PORTABLE);
+        cu_result_t r = cudrv.host_alloc(&p, want, CU_MEMHOSTALLOC_PORTABLE);
         if (r != CU_SUCCESS)
             res = ERR(chorusUnhandledCudaError, SUB_ALLOC,
                       "%s (rank %d): pinned staging slot of %zu bytes (cuMemHostAlloc): %s", fn,
-                      comm->rank, want, cu_str(r));
+                      comm->rank, want, cuda_drv_str(r));
         else
             a->slot[k].base = p, a->slot[k].nbytes = want;
     }
@@ -648,11 +515,15 @@ chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const 
         seq = ++a->next_seq;
         if (seq == 0) /* 0 is every flag's first value: never a sequence number */
             seq = ++a->next_seq;
-        res = async_enqueue(comm, a, k, seq, ops, t->ops, n, fn);
-        for (int i = 0; i < n; i++)
-            t->ops[i].on_device = 0, t->ops[i].cuda_stream = NULL;
+        res = async_enqueue(comm, a, k, seq, ops, t->ops, n, fn, direct);
+        for (int i = 0; i < n; i++) {
+            if (direct)
+                t->ops[i].cuda_ordered = 1; /* device buffers still: run by cuda_dev.c */
+            else
+                t->ops[i].on_device = 0, t->ops[i].cuda_stream = NULL;
+        }
     }
-    pop_ctx();
+    cuda_pop_ctx();
     if (res == chorusSuccess)
         res = comm_op_started(comm, fn); /* finished by the worker */
     if (res != chorusSuccess) {
@@ -711,12 +582,12 @@ static void async_free(chorusComm_t comm)
     pthread_cond_broadcast(&a->cond);
     pthread_mutex_unlock(&a->lock);
     pthread_join(a->thread, NULL);
-    int pushed = cu.ctx_push(a->ctx) == CU_SUCCESS;
+    int pushed = cudrv.ctx_push(a->ctx) == CU_SUCCESS;
     int64_t deadline = fifo_now_ns() + 10000000000ll; /* for all slots together */
     int leaked = 0;
     for (int k = 0; k < ASYNC_SLOTS; k++) {
-        if (a->slot[k].base == NULL)
-            continue;
+        if (a->slot[k].seq == 0)
+            continue; /* never used (a GPU-to-GPU batch uses a slot's flags, not its memory) */
         while (flag_load(&a->flags->freed[k]) != a->slot[k].seq && fifo_now_ns() < deadline)
             sched_yield();
         if (flag_load(&a->flags->freed[k]) != a->slot[k].seq) {
@@ -724,14 +595,16 @@ static void async_free(chorusComm_t comm)
                  "a CUDA stream still holds staging slot %d after 10 s: left "
                  "allocated",
                  k);
+            leaked = 1;
             continue;
         }
-        cu.host_free(a->slot[k].base);
+        if (a->slot[k].base != NULL)
+            cudrv.host_free(a->slot[k].base);
     }
     if (!leaked) /* a stream may still write a slot's freed flag */
-        cu.host_free(a->flags);
+        cudrv.host_free(a->flags);
     if (pushed)
-        pop_ctx();
+        cuda_pop_ctx();
     pthread_cond_destroy(&a->cond);
     pthread_mutex_destroy(&a->lock);
     free(a);

@@ -11,8 +11,6 @@
 int cuda_device_count(void);
 /* The device of the calling thread's current CUDA context, or -1 (none, or CUDA not loaded). */
 int cuda_current_device(void);
-/* NULL when the loaded CUDA driver has every function staging needs; else the first missing. */
-const char *cuda_stage_missing(void);
 /* Copy the device inputs of ops[i] with on_device into a pinned arena on each op's cuda_stream,
  * wait for the streams, and point those ops' sendbuff/recvbuff at the arena. fn names the call. */
 chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const char *fn);
@@ -28,6 +26,19 @@ chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const 
 chorusResult_t cuda_stage_drain(chorusComm_t comm);
 /* 1 on the CUDA worker thread. */
 int cuda_stage_is_worker(void);
+/* The device path (cuda_dev.c): 1 when every rank of comm can reach every other over cuda_p2p
+ * (init, after the peer exchange; the same answer on every rank). */
+int cuda_dev_decide(chorusComm_t comm);
+/* 1 when the batch runs GPU to GPU: comm decided so, and every op is a collective on device
+ * buffers. */
+int cuda_dev_wanted(chorusComm_t comm, const comm_op_t *ops, int n);
+/* Run one collective of such a batch (p: the call's primitives, filled for a host run). */
+chorusResult_t cuda_dev_coll(chorusComm_t comm, const comm_op_t *op, prims_t *p, const char *fn);
+/* Close the device ring, destroy the stream and unload the kernels (comm_free). */
+void cuda_dev_free(chorusComm_t comm);
+/* chorusMemAllocDevice, and chorusMemFree of device memory (cuda_dev.c). */
+chorusResult_t cuda_mem_alloc(void **ptr, size_t nbytes);
+chorusResult_t cuda_mem_free(void *ptr);
 /* Stop the worker, free the slots and the arena (comm_free, after comm_wait_idle). */
 void cuda_stage_free(chorusComm_t comm);
 

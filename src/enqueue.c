@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "comm.h"
+#include "cuda_drv.h"
 #include "cuda_stage.h"
 #include "debug.h"
 
@@ -50,11 +51,11 @@ static chorusResult_t check_buffer(const char *fn, const char *name, const void 
     if (!CHORUS_HAVE_CUDA)
         return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is CUDA device memory, %s",
                    fn, rank, name, DEVICE_BUFFER_HINT);
-    if (cuda_stage_missing() != NULL)
+    if (cuda_drv_missing() != NULL)
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): %s is CUDA device memory, but the loaded CUDA driver lacks %s "
                    "(pass host memory, or update the driver)",
-                   fn, rank, name, cuda_stage_missing());
+                   fn, rank, name, cuda_drv_missing());
     (*dev)++;
     return chorusSuccess;
 }
@@ -208,15 +209,15 @@ static chorusResult_t connect_trees(chorusComm_t comm)
         channel_t *ch = &comm->channels[c];
         if (ch->tree.up >= 0) {
             reqs[n++] =
-                (conn_req_t){CONN_SEND, ch->tree.up, TREE_UP_TAG(c), slot, &ch->tree_up_send};
-            reqs[n++] =
-                (conn_req_t){CONN_RECV, ch->tree.up, TREE_DOWN_TAG(c), slot, &ch->tree_down_recv};
+                (conn_req_t){CONN_SEND, ch->tree.up, TREE_UP_TAG(c), slot, &ch->tree_up_send, NULL};
+            reqs[n++] = (conn_req_t){CONN_RECV, ch->tree.up,         TREE_DOWN_TAG(c),
+                                     slot,      &ch->tree_down_recv, NULL};
         }
         for (int i = 0; i < ch->tree.ndown; i++) {
-            reqs[n++] = (conn_req_t){CONN_RECV, ch->tree.down[i], TREE_UP_TAG(c), slot,
-                                     &ch->tree_up_recv[i]};
-            reqs[n++] = (conn_req_t){CONN_SEND, ch->tree.down[i], TREE_DOWN_TAG(c), slot,
-                                     &ch->tree_down_send[i]};
+            reqs[n++] = (conn_req_t){CONN_RECV, ch->tree.down[i],     TREE_UP_TAG(c),
+                                     slot,      &ch->tree_up_recv[i], NULL};
+            reqs[n++] = (conn_req_t){CONN_SEND, ch->tree.down[i],       TREE_DOWN_TAG(c),
+                                     slot,      &ch->tree_down_send[i], NULL};
         }
     }
     CHECK(comm_connect(comm, reqs, n));
@@ -336,6 +337,13 @@ static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
     return exec_pool_run(comm->pool, nch, run_channel, tasks, sizeof(coll_task_t));
 }
 
+static chorusResult_t run_dev(chorusComm_t comm, const comm_op_t *op)
+{
+    prims_t p;
+    fill_prims(comm, &op->args, &p);
+    return cuda_dev_coll(comm, op, &p, coll_name(op->args.kind));
+}
+
 /* Add the connection end for (dir, peer) to reqs unless it exists or is already listed. */
 static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, conn_req_t *reqs, int *n)
 {
@@ -346,7 +354,7 @@ static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, conn_req_t *r
         if (reqs[i].cc == cc)
             return;
     size_t slot = (size_t)(comm->params.p2p_buffsize / comm->params.steps);
-    reqs[(*n)++] = (conn_req_t){dir, peer, P2P_TAG, slot, cc};
+    reqs[(*n)++] = (conn_req_t){dir, peer, P2P_TAG, slot, cc, NULL};
 }
 
 static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
@@ -457,7 +465,8 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     __atomic_store_n(&comm->in_op, 1, __ATOMIC_RELEASE);
     /* Device buffers: run on pinned host copies of them (cuda_stage.c). */
     comm_op_t *user = ops, *staged = NULL;
-    for (int i = 0; i < n && staged == NULL && res == chorusSuccess; i++) {
+    int direct = cuda_dev_wanted(comm, ops, n); /* or GPU to GPU (cuda_dev.c) */
+    for (int i = 0; i < n && !direct && staged == NULL && res == chorusSuccess; i++) {
         if (!ops[i].on_device)
             continue;
         if ((staged = malloc(sizeof(comm_op_t) * n)) == NULL) {
@@ -493,7 +502,7 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
             seq = __atomic_load_n(&comm->coll_entered, __ATOMIC_RELAXED) + 1;
             __atomic_store_n(&comm->coll_entered, seq, __ATOMIC_RELEASE);
             last = i;
-            res = run_coll(comm, &ops[i].args);
+            res = direct ? run_dev(comm, &ops[i]) : run_coll(comm, &ops[i].args);
             ran = 1;
             if (res == chorusSuccess)
                 __atomic_store_n(&comm->coll_completed, seq, __ATOMIC_RELEASE);
@@ -552,7 +561,7 @@ static chorusResult_t issue(comm_op_t *op)
 }
 
 #define OP(kind_, send_, recv_, count_, dtype_, op_, root_)                                        \
-    comm_op_t o = {comm, stream, {kind_, send_, recv_, count_, dtype_, op_, root_}, 0, NULL};      \
+    comm_op_t o = {comm, stream, {kind_, send_, recv_, count_, dtype_, op_, root_}, 0, NULL, 0};   \
     return issue(&o)
 
 chorusResult_t chorusAllReduce(const void *sendbuff, void *recvbuff, size_t count,

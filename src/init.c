@@ -171,6 +171,7 @@ static chorusResult_t setup_channels(chorusComm_t comm)
             comm->machine_ranks = same;
     }
     comm->nhosts = nhosts;
+    comm->cuda_direct = cuda_dev_decide(comm);
     /* Across hosts, two channels by default: one per tree of the double binary tree, and two
      * rings whose traffic the proxy can overlap. */
     if (!comm->nchannels_forced && nhosts > 1 && comm->nchannels < 2 &&
@@ -187,8 +188,8 @@ static chorusResult_t setup_channels(chorusComm_t comm)
             continue;
         int next = ch->ring.ranks[(ch->ring.index + 1) % n];
         int prev = ch->ring.ranks[(ch->ring.index - 1 + n) % n];
-        reqs[nreq++] = (conn_req_t){CONN_SEND, next, c, slot, &ch->send};
-        reqs[nreq++] = (conn_req_t){CONN_RECV, prev, c, slot, &ch->recv};
+        reqs[nreq++] = (conn_req_t){CONN_SEND, next, c, slot, &ch->send, NULL};
+        reqs[nreq++] = (conn_req_t){CONN_RECV, prev, c, slot, &ch->recv, NULL};
     }
     CHECK_GOTO(comm_connect(comm, reqs, nreq), res, out);
     INFO(SUB_INIT, "%d ranks on %d host(s), %d channel(s), FIFO %lld x %zu bytes", n, nhosts,
@@ -386,6 +387,7 @@ void comm_free(chorusComm_t comm)
     }
     window_close(comm);
     cuda_stage_free(comm);
+    cuda_dev_free(comm);
     for (int r = 0; comm->p2p_send && r < comm->nranks; r++) {
         comm_conn_close(&comm->p2p_send[r]);
         comm_conn_close(&comm->p2p_recv[r]);

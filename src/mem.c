@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "cuda_stage.h"
 #include "debug.h"
 
 typedef int (*cu_pointer_get_attribute_t)(void *data, int attribute, uintptr_t ptr);
@@ -154,6 +155,8 @@ chorusResult_t chorusMemFree(void *ptr)
                    "chorusMemFree: %p lies inside a chorusMemAlloc buffer but is not its start "
                    "(pass the pointer chorusMemAlloc returned)",
                    ptr);
+    if (found == NULL && CHORUS_HAVE_CUDA && ptr != NULL && mem_is_device(ptr))
+        return cuda_mem_free(ptr); /* chorusMemAllocDevice's (cuda_dev.c) */
     if (found == NULL) {
         free(ptr); /* plain memory (or NULL) */
         return chorusSuccess;

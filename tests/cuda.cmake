@@ -22,18 +22,30 @@ if(MPI_C_FOUND)
               $<TARGET_FILE:test_cuda_coll>)
   endforeach()
 endif()
-# The staged path on every machine: the same test against a fake driver whose device memory
+# Device buffers on every machine: the same test against a fake driver whose device memory
 # faults on direct access (tests/support/fake_cuda_stage.c).
-add_library(fake_cuda_stage SHARED support/fake_cuda_stage.c)
+# Its kernels are the host backend's code, built in with hidden symbols (bit-identical results).
+add_library(fake_cuda_stage SHARED support/fake_cuda_stage.c
+  ${PROJECT_SOURCE_DIR}/kernels/host_reduce.c ${PROJECT_SOURCE_DIR}/kernels/host_memops.c)
+target_include_directories(fake_cuda_stage PRIVATE
+  ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/kernels)
 set_target_properties(fake_cuda_stage PROPERTIES OUTPUT_NAME cuda SOVERSION 1 VERSION 1
-  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fakecuda_stage)
+  C_VISIBILITY_PRESET hidden LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fakecuda_stage)
 if(MPI_C_FOUND)
   add_executable(test_cuda_stage test_cuda_coll.c)
   target_compile_definitions(test_cuda_stage PRIVATE TEST_FAKE_CUDA)
   target_link_libraries(test_cuda_stage chorus MPI::MPI_C ${CMAKE_DL_LIBS})
   add_dependencies(test_cuda_stage fake_cuda_stage) # loaded at run time: build it with the test
-  foreach(n 2 4)
-    chorus_add_test(NAME cuda_stage_${n} TIMEOUT 300 LABELS mpi
+  # Both paths: staged through host memory (cuda_stage), GPU to GPU over cuda_p2p (cuda_p2p),
+  # the latter also with the caller waiting for its stream (CHORUS_CUDA_ASYNC=0).
+  foreach(t stage_2:0:1 stage_4:0:1 p2p_2:1:1 p2p_4:1:1 p2p_blocking_2:1:0)
+    string(REPLACE ":" ";" f ${t})
+    list(GET f 0 name)
+    list(GET f 1 p2p)
+    list(GET f 2 async)
+    string(REGEX REPLACE ".*_" "" n ${name})
+    chorus_add_test(NAME cuda_${name} TIMEOUT 300 LABELS mpi
+      ENV CHORUS_CUDA_P2P=${p2p} CHORUS_CUDA_ASYNC=${async}
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
               $<TARGET_FILE:test_cuda_stage> $<TARGET_FILE_DIR:fake_cuda_stage>/libcuda.so.1)
   endforeach()

@@ -8,11 +8,16 @@
  * stream would read the stale pattern; each result is read back on the same stream. Also: device
  * and host buffers mixed in one call, and a host stream with device buffers, are
  * chorusInvalidArgument. Without a CUDA device every rank prints SKIP and exits 77.
+ * Whichever way the environment asks: GPU to GPU over cuda_p2p (the default inside a machine),
+ * staged through host memory (CHORUS_CUDA_P2P=0), returning at once or waiting
+ * (CHORUS_CUDA_ASYNC).
  *
  * Built a second time as test_cuda_stage (TEST_FAKE_CUDA) against the fake driver of
- * tests/support/fake_cuda_stage.c (its path in argv[1]), so that every machine runs the staged
- * path: the fake's device memory faults on any direct access, every copy must be on the caller's
- * stream in a pushed context, and a stream that never drains must end in chorusTimeout.
+ * tests/support/fake_cuda_stage.c (its path in argv[1]), so that every machine runs both paths:
+ * the fake's device memory faults on any direct access, every copy must be on the caller's
+ * stream or one the library created, in a context, kernels run as the host backend's arithmetic,
+ * IPC handles open across processes, and a stream that never drains must end in chorusTimeout.
+ * There the test also checks which path ran (kernel launches happen on the GPU-to-GPU path only).
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -40,6 +45,8 @@ static int (*cu_copy)(uintptr_t dst, uintptr_t src, size_t nbytes, void *stream)
 static int (*cu_push)(void *ctx);
 static int (*cu_pop)(void **ctx);
 static int (*cu_query)(void *stream);
+static int (*fake_launches)(void);
+static void (*fake_fail_launch)(int nth);
 
 /* Load the fake driver (argv[1]); 0 devices and the reason if it cannot be. */
 static int dev_setup(int argc, char **argv, const char **why)
@@ -54,8 +61,11 @@ static int dev_setup(int argc, char **argv, const char **why)
     cu_push = lib ? (int (*)(void *))dlsym(lib, "cuCtxPushCurrent_v2") : NULL;
     cu_pop = lib ? (int (*)(void **))dlsym(lib, "cuCtxPopCurrent_v2") : NULL;
     cu_query = lib ? (int (*)(void *))dlsym(lib, "cuStreamQuery") : NULL;
+    fake_launches = lib ? (int (*)(void))dlsym(lib, "fake_cuda_launches") : NULL;
+    fake_fail_launch = lib ? (void (*)(int))dlsym(lib, "fake_cuda_fail_launch") : NULL;
+    int (*set_current)(void *) = lib ? (int (*)(void *))dlsym(lib, "cuCtxSetCurrent") : NULL;
     if (!expect || !fake_alloc || !fake_stuck || !fake_faults || !cu_copy || !cu_push || !cu_pop ||
-        !cu_query) {
+        !cu_query || !fake_launches || !fake_fail_launch || !set_current) {
         static char msg[512];
         snprintf(msg, sizeof(msg),
                  "cannot use the fake driver %s: %s (usage: test_cuda_stage "
@@ -65,6 +75,11 @@ static int dev_setup(int argc, char **argv, const char **why)
         return 0;
     }
     expect(stream);
+    /* As cudaSetDevice leaves it: the rank's device current, so init records it. */
+    if (set_current((void *)(uintptr_t)0xc0de) != 0) {
+        *why = "cuCtxSetCurrent failed";
+        return 0;
+    }
     return 1;
 }
 
@@ -492,6 +507,44 @@ static int check_stuck_stream(char *d_buf)
     unsetenv("CHORUS_CUDA_ASYNC");
     return bad;
 }
+
+/* GPU to GPU, a kernel launch fails on rank 0 in the middle of an all-reduce: rank 0 reports
+ * chorusUnhandledCudaError naming the launch, every other rank an error too (the communicator is
+ * aborted, as a peer's FIFO may hold half-written data); nobody hangs, and the caller's stream
+ * goes on. The last use of comm. */
+static int check_launch_failure(chorusComm_t comm, char *d_send, char *d_recv)
+{
+    const char *p2p = getenv("CHORUS_CUDA_P2P");
+    if (p2p != NULL && strcmp(p2p, "0") == 0)
+        return 0;
+    size_t count = 100000;
+    if (rank == 0)
+        fake_fail_launch(1); /* 2 ranks run one reduction kernel per call */
+    chorusResult_t r = chorusAllReduce(d_send, d_recv, count, chorusFloat32, chorusSum, comm,
+                                       (chorusStream_t)stream);
+    double t0 = now_s();
+    chorusResult_t e = r;
+    while (e == chorusSuccess && now_s() - t0 < 20)
+        chorusCommGetAsyncError(comm, &e);
+    double sec = now_s() - t0;
+    int stream_moves = 0;
+    while (!stream_moves && now_s() - t0 < 25)
+        stream_moves = cu_query(stream) == 0;
+    const char *msg = chorusGetLastError(comm);
+    int bad = rank == 0 ? e != chorusUnhandledCudaError || strstr(msg, "cuLaunchKernel") == NULL
+                        : e == chorusSuccess;
+    bad |= !stream_moves;
+    if (bad)
+        fprintf(stderr,
+                "rank %d: FAIL: a failed kernel launch on rank 0: error %d after %.2f s, stream "
+                "%s: \"%s\"\n",
+                rank, e, sec, stream_moves ? "idle" : "stuck", msg);
+    else
+        printf("rank %d: a failed launch on rank 0: error %d after %.2f s (\"%.120s\")\n", rank, e,
+               sec, msg);
+    fake_fail_launch(0);
+    return bad;
+}
 #endif
 
 int main(int argc, char **argv)
@@ -543,6 +596,45 @@ int main(int argc, char **argv)
                    counts[k]);
     }
 
+    /* chorusMemAllocDevice memory is device memory like any other, and chorusMemFree frees it. */
+    void *m = NULL;
+    if (fails == 0) {
+        size_t count = 1000;
+        ctx_t c = {count, chorusSum, 0};
+        if (chorusMemAllocDevice(&m, count * 4) != chorusSuccess) {
+            fprintf(stderr, "rank %d: FAIL: chorusMemAllocDevice: %s\n", rank,
+                    chorusGetLastError(NULL));
+            fails++;
+        } else if (!write_input(m, count, chorusFloat32, rank, 0) ||
+                   chorusAllReduce(m, m, count, chorusFloat32, chorusSum, comm,
+                                   (chorusStream_t)stream) != chorusSuccess) {
+            fprintf(stderr, "rank %d: FAIL: AllReduce on chorusMemAllocDevice memory: %s\n", rank,
+                    chorusGetLastError(comm));
+            fails++;
+        } else {
+            fails += check_output("AllReduce in place on chorusMemAllocDevice memory", m, count,
+                                  chorusFloat32, want_reduced, &c);
+            if (chorusMemFree(m) != chorusSuccess) {
+                fprintf(stderr, "rank %d: FAIL: chorusMemFree of device memory: %s\n", rank,
+                        chorusGetLastError(NULL));
+                fails++;
+            }
+        }
+    }
+#ifdef TEST_FAKE_CUDA
+    /* The path taken: GPU to GPU launches reduction kernels; staging reduces on the host. */
+    const char *p2p = getenv("CHORUS_CUDA_P2P");
+    int want_kernels = p2p == NULL || strcmp(p2p, "0") != 0;
+    if (fails == 0 && (fake_launches() > 0) != want_kernels) {
+        fprintf(stderr, "rank %d: FAIL: %d kernel launches, but CHORUS_CUDA_P2P=%s\n", rank,
+                fake_launches(), p2p ? p2p : "(unset)");
+        fails++;
+    } else if (fails == 0 && rank == 0) {
+        printf("path: %s (%d kernel launches on rank 0)\n",
+               want_kernels ? "GPU to GPU over cuda_p2p" : "staged through host memory",
+               fake_launches());
+    }
+#endif
     if (fails == 0)
         fails += check_returns_at_once(comm, d_send, d_recv);
 
@@ -575,6 +667,12 @@ int main(int argc, char **argv)
 
     int all = 0;
     MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+#ifdef TEST_FAKE_CUDA
+    if (all == 0) { /* every rank, or none: it is a collective */
+        fails += check_launch_failure(comm, d_send, d_recv);
+        MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    }
+#endif
     chorusCommDestroy(comm);
 #ifndef TEST_FAKE_CUDA
     cudaFree(d_send);

@@ -18,7 +18,7 @@
 #include "chorus.h"
 #include "fifo.h"
 
-#define TRANSPORT_HANDLE_BYTES 128
+#define TRANSPORT_HANDLE_BYTES 192
 #define PEER_HOSTID_BYTES 128
 #define PEER_MAX_NICS 4
 #define PEER_NIC_NAME_BYTES 16
@@ -77,6 +77,7 @@ typedef struct transport_res {
     size_t map_nbytes;
     char name[64];
     int unlinked;
+    void *priv; /* a transport's own state (cuda_p2p: the device memory and its context) */
 } transport_res_t;
 
 typedef struct transport_ops {
@@ -95,6 +96,11 @@ typedef struct transport_ops {
 
 extern const transport_ops_t shm_transport;
 extern const transport_ops_t net_transport;
+/* FIFO slots in the receiver's GPU memory, opened by the sender with CUDA IPC; the counters in a
+ * shm segment, as for shm. Never picked from transport_table: the device path (cuda_dev.c) asks
+ * for it by name, for the connections its device-buffer collectives use. The calling thread has
+ * the device's context current. */
+extern const transport_ops_t cuda_p2p_transport;
 
 /* Shared-memory segments for other users of shm (the direct algorithms' node-local windows):
  * a fresh name /chorus-<pid>-<random>-<from>-<to>-<tag>, and a mapping of nbytes (create: a new

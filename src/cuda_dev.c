@@ -1,0 +1,357 @@
+/*
+ * cuda_dev.c: collectives on CUDA device buffers moved GPU to GPU (issue 8's device path).
+ *
+ * When every rank of the communicator is on one machine with a CUDA device (and
+ * CHORUS_CUDA_P2P=1, the default), a collective whose buffers are device memory runs its ring
+ * program (DESIGN section 6) on the host executor with two differences from a host call:
+ *   - the connections are the ring of channel 0 over cuda_p2p (FIFO slots in the receiver's GPU
+ *     memory, opened by CUDA IPC), built on the first such call;
+ *   - the memops backend is the CUDA one below: copies are cuMemcpyAsync, reductions and avg's
+ *     division are the kernels of kernels/cuda_memops.cu, loaded from the embedded fatbin
+ *     (cuda_module.h) and launched with cuLaunchKernel, all on the communicator's own
+ *     non-blocking stream. Each memops call waits for that stream before it returns, so the
+ *     primitive publishes a slot only once its bytes are in the peer's memory.
+ * No byte crosses PCIe. Every rank runs the same ring (one channel), so results are identical on
+ * every rank and bitwise reproducible, and equal to the host backend's (same arithmetic).
+ *
+ * Ordering with the caller's stream is cuda_stage.c's: the asynchronous way queues [ready]
+ * [wait done] on it and the CUDA worker runs the collective here (op->cuda_ordered); the blocking
+ * way waits for the caller's stream first. A CUDA error in a memops call stops the operation:
+ * the call fails with chorusUnhandledCudaError and the communicator is aborted (peers learn it
+ * as any failure), since a peer's slot may hold half-written data.
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "cuda_drv.h"
+#include "cuda_module.h"
+#include "cuda_stage.h"
+#include "debug.h"
+
+#define NKOPS 5 /* kernel operations: sum prod max min div */
+
+typedef struct cuda_dev {
+    cu_context_t ctx; /* of the first device call; later calls must use the same */
+    cu_stream_t stream; /* non-blocking: never waits for the legacy default stream */
+    cu_module_t module;
+    cu_function_t fns[chorusNumTypes][NKOPS][2];
+    int sms;
+    comm_conn_t send, recv; /* ring of channel 0 over cuda_p2p */
+    int connected;
+} cuda_dev_t;
+
+/* The operation running on this thread: the backend's calls find their stream here. */
+typedef struct dev_run {
+    chorusComm_t comm;
+    cuda_dev_t *d;
+    cu_result_t err; /* first failure, or CU_SUCCESS */
+    const char *what; /* which memops call failed */
+    int timed_out;
+} dev_run_t;
+static __thread dev_run_t *run;
+
+static void dev_fail(cu_result_t r, const char *what)
+{
+    if (run->err == CU_SUCCESS && !run->timed_out) {
+        run->err = r;
+        run->what = what;
+    }
+    __atomic_store_n(&run->comm->abort_flag, 1, __ATOMIC_RELEASE);
+}
+
+/* Wait for the communicator's stream: spin on cuStreamQuery (a copy of a slot takes a few us),
+ * yielding; the communicator's deadline and abort flag apply. */
+static void dev_sync(const char *what)
+{
+    chorusComm_t comm = run->comm;
+    int64_t deadline = fifo_now_ns() + comm->timeout_ms * 1000000;
+    for (;;) {
+        cu_result_t r = cudrv.stream_query(run->d->stream);
+        if (r == CU_SUCCESS)
+            return;
+        if (r != CU_ERROR_NOT_READY) {
+            dev_fail(r, what);
+            return;
+        }
+        if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
+            return; /* the waits of the primitive report why */
+        if (fifo_now_ns() > deadline) {
+            dev_fail(CU_ERROR_NOT_READY, what);
+            run->timed_out = 1;
+            return;
+        }
+        sched_yield();
+    }
+}
+
+static void dev_copy(void *dst, const void *src, size_t nbytes)
+{
+    if (run->err != CU_SUCCESS || nbytes == 0 || dst == src)
+        return;
+    cu_result_t r = cudrv.memcpy_async((cu_ptr_t)(uintptr_t)dst, (cu_ptr_t)(uintptr_t)src, nbytes,
+                                       run->d->stream);
+    if (r != CU_SUCCESS)
+        dev_fail(r, "cuMemcpyAsync");
+    else
+        dev_sync("a copy");
+}
+
+/* The kernel for (dtype, kop, byte mode), looked up once per communicator. */
+static cu_function_t kernel(chorusDataType_t dtype, int kop, int bytes)
+{
+    static const char *const kops[NKOPS] = {"sum", "prod", "max", "min", "div"};
+    cu_function_t *slot = &run->d->fns[dtype][kop][bytes];
+    if (*slot == NULL) {
+        char name[64];
+        snprintf(name, sizeof(name), "chorus_map_%s_%s_%s", dtype_name(dtype), kops[kop],
+                 bytes ? "byte" : "vec");
+        cu_result_t r = cudrv.module_function(slot, run->d->module, name);
+        if (r != CU_SUCCESS) {
+            *slot = NULL;
+            dev_fail(r, "cuModuleGetFunction");
+        }
+    }
+    return *slot;
+}
+
+/* dst[i] = a[i] kop b[i]: split as cuda_module.h says, a grid of at most 8 blocks per SM. */
+static void dev_map(void *dst, const void *a, const void *b, size_t count, chorusDataType_t dtype,
+                    int kop, uint64_t divisor)
+{
+    if (run->err != CU_SUCCESS || count == 0)
+        return;
+    size_t es = dtype_nbytes(dtype), per_pack = 16 / es;
+    uintptr_t d = (uintptr_t)dst, x = (uintptr_t)a, y = (uintptr_t)b;
+    int bytes = ((d | x | y) & (es - 1)) != 0;
+    size_t head = count, npacks = 0;
+    if (!bytes && ((d ^ x) & 15) == 0 && ((d ^ y) & 15) == 0) {
+        size_t lead = ((16 - (d & 15)) & 15) / es;
+        head = lead < count ? lead : count;
+        npacks = (count - head) / per_pack;
+    }
+    size_t single = count - npacks * per_pack;
+    size_t items = npacks > single ? npacks : single;
+    size_t want = (items + CUDA_MODULE_THREADS - 1) / CUDA_MODULE_THREADS;
+    size_t cap = (size_t)run->d->sms * 8;
+    unsigned grid = (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
+    cu_function_t fn = kernel(dtype, kop, bytes);
+    if (fn == NULL)
+        return;
+    void *args[] = {&dst, &a, &b, &count, &head, &npacks, &divisor};
+    cu_result_t r =
+        cudrv.launch(fn, grid, 1, 1, CUDA_MODULE_THREADS, 1, 1, 0, run->d->stream, args, NULL);
+    if (r != CU_SUCCESS)
+        dev_fail(r, "cuLaunchKernel");
+    else
+        dev_sync("a reduction kernel");
+}
+
+static void dev_reduce(void *dst, const void *a, const void *b, size_t count,
+                       chorusDataType_t dtype, chorusRedOp_t op)
+{
+    int kop = op == chorusProd ? 1 : op == chorusMax ? 2 : op == chorusMin ? 3 : 0;
+    dev_map(dst, a, b, count, dtype, kop, 0);
+}
+
+static void dev_divide(void *dst, const void *src, size_t count, chorusDataType_t dtype,
+                       uint64_t divisor)
+{
+    dev_map(dst, src, src, count, dtype, 4, divisor);
+}
+
+static const memops_ops_t dev_memops = {
+    .name = "cuda",
+    .copy = dev_copy,
+    .reduce = dev_reduce,
+    .divide = dev_divide,
+};
+
+int cuda_dev_decide(chorusComm_t comm)
+{
+    if (!CHORUS_HAVE_CUDA || !comm->params.cuda_p2p || cuda_drv_missing_dev() != NULL)
+        return 0;
+    const peer_info_t *self = &comm->peers[comm->rank];
+    for (int r = 0; r < comm->nranks; r++)
+        if (!cuda_p2p_transport.can_connect(self, &comm->peers[r]))
+            return 0;
+    return 1;
+}
+
+int cuda_dev_wanted(chorusComm_t comm, const comm_op_t *ops, int n)
+{
+    if (!comm->cuda_direct || n == 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        coll_kind_t k = ops[i].args.kind;
+        if (!ops[i].on_device || k == COLL_SEND || k == COLL_RECV || k == COLL_ALLTOALL)
+            return 0;
+    }
+    return 1;
+}
+
+/* The communicator's stream and kernels, in ctx (current). */
+static chorusResult_t dev_state(chorusComm_t comm, const char *fn, cu_context_t ctx)
+{
+    cuda_dev_t *d = comm->cuda_dev;
+    if (d != NULL) {
+        if (d->ctx != ctx)
+            return ERR(chorusInvalidUsage, SUB_COLL,
+                       "%s (rank %d): device buffers of another CUDA context than this "
+                       "communicator's earlier device calls (one device per rank, as in NCCL)",
+                       fn, comm->rank);
+        return chorusSuccess;
+    }
+    if ((d = calloc(1, sizeof(*d))) == NULL)
+        return ERR(chorusSystemError, SUB_ALLOC, "out of memory");
+    d->ctx = ctx;
+    int dev = -1;
+    cu_result_t r = cudrv.ctx_device(&dev);
+    if (r == CU_SUCCESS)
+        r = cudrv.device_attr(&d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    if (r == CU_SUCCESS && d->sms <= 0)
+        d->sms = 16;
+    if (r == CU_SUCCESS)
+        r = cudrv.stream_create(&d->stream, CU_STREAM_NON_BLOCKING);
+    if (r == CU_SUCCESS && (r = cudrv.module_load(&d->module, chorus_cuda_fatbin)) != CU_SUCCESS)
+        d->module = NULL;
+    if (r != CU_SUCCESS) {
+        if (d->stream != NULL)
+            cudrv.stream_destroy(d->stream);
+        free(d);
+        return ERR(chorusUnhandledCudaError, SUB_INIT,
+                   "%s (rank %d): setting up the device path (stream, kernels of %zu bytes): %s "
+                   "(CHORUS_CUDA_P2P=0 stages through host memory instead)",
+                   fn, comm->rank, chorus_cuda_fatbin_nbytes, cuda_drv_str(r));
+    }
+    comm->cuda_dev = d;
+    return chorusSuccess;
+}
+
+static chorusResult_t dev_connect(chorusComm_t comm)
+{
+    cuda_dev_t *d = comm->cuda_dev;
+    int n = comm->nranks;
+    if (d->connected || n == 1)
+        return chorusSuccess;
+    const ring_t *ring = &comm->channels[0].ring;
+    int next = ring->ranks[(ring->index + 1) % n], prev = ring->ranks[(ring->index - 1 + n) % n];
+    size_t slot = (size_t)(comm->params.buffsize / comm->params.steps);
+    conn_req_t reqs[2] = {{CONN_SEND, next, DEVICE_RING_TAG, slot, &d->send, &cuda_p2p_transport},
+                          {CONN_RECV, prev, DEVICE_RING_TAG, slot, &d->recv, &cuda_p2p_transport}};
+    CHECK(comm_connect(comm, reqs, 2));
+    d->connected = 1;
+    INFO(SUB_INIT, "device-buffer collectives run GPU to GPU: FIFO %lld x %zu bytes in GPU memory",
+         (long long)comm->params.steps, slot);
+    return chorusSuccess;
+}
+
+chorusResult_t cuda_dev_coll(chorusComm_t comm, const comm_op_t *op, prims_t *p, const char *fn)
+{
+    const coll_args_t *a = &op->args;
+    const void *any = a->recvbuff != NULL ? a->recvbuff : a->sendbuff;
+    if (!mem_is_device(any))
+        any = a->sendbuff; /* a non-root's unused recvbuff */
+    cu_context_t ctx;
+    CHECK(cuda_push_ctx(fn, comm->rank, any, &ctx));
+    chorusResult_t res = dev_state(comm, fn, ctx);
+    if (res == chorusSuccess && !op->cuda_ordered)
+        res = cuda_wait_stream(comm, fn, op->cuda_stream); /* inputs written */
+    if (res == chorusSuccess)
+        res = dev_connect(comm);
+    if (res == chorusSuccess) {
+        dev_run_t r = {comm, comm->cuda_dev, CU_SUCCESS, NULL, 0};
+        channel_work_t w;
+        memset(&w, 0, sizeof(w));
+        w.prims = *p;
+        w.prims.ops = &dev_memops;
+        w.prims.send = comm->nranks > 1 ? &r.d->send.conn : NULL;
+        w.prims.recv = comm->nranks > 1 ? &r.d->recv.conn : NULL;
+        w.ring = &comm->channels[0].ring;
+        w.args = a;
+        w.nchannels = 1;
+        run = &r;
+        res = algo_program(a->kind, 0)(&w);
+        run = NULL;
+        if (r.timed_out)
+            res = ERR(chorusTimeout, SUB_COLL,
+                      "%s (rank %d): %s on the communicator's CUDA stream did not finish within "
+                      "%lld ms (CHORUS_TIMEOUT_MS)",
+                      fn, comm->rank, r.what, (long long)comm->timeout_ms);
+        else if (r.err != CU_SUCCESS)
+            res = ERR(chorusUnhandledCudaError, SUB_COLL, "%s (rank %d): %s failed: %s", fn,
+                      comm->rank, r.what, cuda_drv_str(r.err));
+    }
+    cuda_pop_ctx();
+    return res;
+}
+
+void cuda_dev_free(chorusComm_t comm)
+{
+    cuda_dev_t *d = comm->cuda_dev;
+    if (d == NULL)
+        return;
+    comm_conn_close(&d->send);
+    comm_conn_close(&d->recv);
+    int pushed = cudrv.ctx_push(d->ctx) == CU_SUCCESS;
+    if (d->module != NULL && cudrv.module_unload(d->module) != CU_SUCCESS)
+        WARN(SUB_INIT, "cuModuleUnload failed (was CUDA torn down first?)");
+    if (cudrv.stream_destroy(d->stream) != CU_SUCCESS)
+        WARN(SUB_INIT, "cuStreamDestroy failed (was CUDA torn down first?)");
+    if (pushed)
+        cuda_pop_ctx();
+    free(d);
+    comm->cuda_dev = NULL;
+}
+
+/* ---- chorusMemAllocDevice ---- */
+
+chorusResult_t chorusMemAllocDevice(void **ptr, size_t nbytes)
+{
+    debug_clear_error();
+    if (ptr == NULL)
+        return ERR(chorusInvalidArgument, SUB_ALLOC, "chorusMemAllocDevice: ptr is NULL");
+    if (nbytes == 0)
+        return ERR(chorusInvalidArgument, SUB_ALLOC, "chorusMemAllocDevice: nbytes is 0");
+    if (!CHORUS_HAVE_CUDA)
+        return ERR(chorusInvalidUsage, SUB_ALLOC,
+                   "chorusMemAllocDevice: this build of Chorus has no CUDA support (rebuild with "
+                   "-DCHORUS_ENABLE_CUDA=ON)");
+    return cuda_mem_alloc(ptr, nbytes);
+}
+
+chorusResult_t cuda_mem_alloc(void **ptr, size_t nbytes)
+{
+    const char *missing = cuda_drv_missing_dev();
+    cu_context_t ctx = NULL;
+    if (missing != NULL || cudrv.ctx_current(&ctx) != CU_SUCCESS || ctx == NULL)
+        return ERR(chorusInvalidUsage, SUB_ALLOC,
+                   "chorusMemAllocDevice: %s%s (initialise CUDA and pick a device first, e.g. "
+                   "cudaSetDevice)",
+                   missing != NULL ? "the CUDA driver is not loaded or lacks "
+                                   : "no current CUDA context",
+                   missing != NULL ? missing : "");
+    cu_ptr_t d = 0;
+    cu_result_t r = cudrv.mem_alloc(&d, nbytes);
+    if (r != CU_SUCCESS)
+        return ERR(chorusUnhandledCudaError, SUB_ALLOC,
+                   "chorusMemAllocDevice of %zu bytes (cuMemAlloc): %s", nbytes, cuda_drv_str(r));
+    *ptr = (void *)(uintptr_t)d;
+    return chorusSuccess;
+}
+
+chorusResult_t cuda_mem_free(void *ptr)
+{
+    cu_context_t ctx;
+    CHECK(cuda_push_ctx("chorusMemFree", -1, ptr, &ctx));
+    cu_result_t r = cudrv.mem_free((cu_ptr_t)(uintptr_t)ptr);
+    cuda_pop_ctx();
+    if (r != CU_SUCCESS)
+        return ERR(chorusInvalidArgument, SUB_ALLOC,
+                   "chorusMemFree: %p is device memory that cuMemFree refuses (%s): pass the "
+                   "pointer chorusMemAllocDevice returned",
+                   ptr, cuda_drv_str(r));
+    return chorusSuccess;
+}
