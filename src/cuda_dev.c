@@ -16,9 +16,15 @@
  *
  * Ordering with the caller's stream is cuda_stage.c's: the asynchronous way queues [ready]
  * [wait done] on it and the CUDA worker runs the collective here (op->cuda_ordered); the blocking
- * way waits for the caller's stream first. A CUDA error in a memops call stops the operation:
- * the call fails with chorusUnhandledCudaError and the communicator is aborted (peers learn it
- * as any failure), since a peer's slot may hold half-written data.
+ * way waits for the caller's stream first. In the asynchronous way the caller's stream waits
+ * (cuStreamWaitValue32) while the internal stream runs the collective: CUDA does not promise
+ * that two streams of a context progress together, so a GPU whose queues were all held by
+ * waiting streams would end the call in chorusTimeout, not a hang (CHORUS_CUDA_ASYNC=0 avoids the
+ * question). Whatever may synchronize the context (stream creation, module and kernel loading,
+ * FIFO allocation and IPC) runs in the calling thread before the wait is queued
+ * (cuda_dev_prepare). A CUDA error in a memops call stops the operation: the call fails with
+ * chorusUnhandledCudaError and the communicator is aborted (peers learn it as any failure),
+ * since a peer's slot may hold half-written data.
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -99,22 +105,21 @@ static void dev_copy(void *dst, const void *src, size_t nbytes)
         dev_sync("a copy");
 }
 
-/* The kernel for (dtype, kop, byte mode), looked up once per communicator. */
-static cu_function_t kernel(chorusDataType_t dtype, int kop, int bytes)
+/* Look up every kernel of the module now: with lazy loading (CUDA 12.2+), this is when the
+ * driver loads them, and loading may synchronize the context (cuda_dev_prepare). */
+static cu_result_t load_kernels(cuda_dev_t *d, char *name, size_t len)
 {
     static const char *const kops[NKOPS] = {"sum", "prod", "max", "min", "div"};
-    cu_function_t *slot = &run->d->fns[dtype][kop][bytes];
-    if (*slot == NULL) {
-        char name[64];
-        snprintf(name, sizeof(name), "chorus_map_%s_%s_%s", dtype_name(dtype), kops[kop],
-                 bytes ? "byte" : "vec");
-        cu_result_t r = cudrv.module_function(slot, run->d->module, name);
-        if (r != CU_SUCCESS) {
-            *slot = NULL;
-            dev_fail(r, "cuModuleGetFunction");
-        }
-    }
-    return *slot;
+    for (int t = 0; t < chorusNumTypes; t++)
+        for (int k = 0; k < NKOPS; k++)
+            for (int b = 0; b < 2; b++) {
+                snprintf(name, len, "chorus_map_%s_%s_%s", dtype_name((chorusDataType_t)t), kops[k],
+                         b ? "byte" : "vec");
+                cu_result_t r = cudrv.module_function(&d->fns[t][k][b], d->module, name);
+                if (r != CU_SUCCESS)
+                    return r;
+            }
+    return CU_SUCCESS;
 }
 
 /* dst[i] = a[i] kop b[i]: split as cuda_module.h says, a grid of at most 8 blocks per SM. */
@@ -137,9 +142,7 @@ static void dev_map(void *dst, const void *a, const void *b, size_t count, choru
     size_t want = (items + CUDA_MODULE_THREADS - 1) / CUDA_MODULE_THREADS;
     size_t cap = (size_t)run->d->sms * 8;
     unsigned grid = (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
-    cu_function_t fn = kernel(dtype, kop, bytes);
-    if (fn == NULL)
-        return;
+    cu_function_t fn = run->d->fns[dtype][kop][bytes];
     void *args[] = {&dst, &a, &b, &count, &head, &npacks, &divisor};
     cu_result_t r =
         cudrv.launch(fn, grid, 1, 1, CUDA_MODULE_THREADS, 1, 1, 0, run->d->stream, args, NULL);
@@ -217,14 +220,20 @@ static chorusResult_t dev_state(chorusComm_t comm, const char *fn, cu_context_t 
         r = cudrv.stream_create(&d->stream, CU_STREAM_NON_BLOCKING);
     if (r == CU_SUCCESS && (r = cudrv.module_load(&d->module, chorus_cuda_fatbin)) != CU_SUCCESS)
         d->module = NULL;
+    char name[64] = "";
+    if (r == CU_SUCCESS)
+        r = load_kernels(d, name, sizeof(name));
     if (r != CU_SUCCESS) {
+        if (d->module != NULL)
+            cudrv.module_unload(d->module);
         if (d->stream != NULL)
             cudrv.stream_destroy(d->stream);
         free(d);
         return ERR(chorusUnhandledCudaError, SUB_INIT,
-                   "%s (rank %d): setting up the device path (stream, kernels of %zu bytes): %s "
-                   "(CHORUS_CUDA_P2P=0 stages through host memory instead)",
-                   fn, comm->rank, chorus_cuda_fatbin_nbytes, cuda_drv_str(r));
+                   "%s (rank %d): setting up the device path (stream, kernels of %zu bytes%s%s): "
+                   "%s (CHORUS_CUDA_P2P=0 stages through host memory instead)",
+                   fn, comm->rank, chorus_cuda_fatbin_nbytes, name[0] ? ", " : "", name,
+                   cuda_drv_str(r));
     }
     comm->cuda_dev = d;
     return chorusSuccess;
@@ -246,6 +255,21 @@ static chorusResult_t dev_connect(chorusComm_t comm)
     INFO(SUB_INIT, "device-buffer collectives run GPU to GPU: FIFO %lld x %zu bytes in GPU memory",
          (long long)comm->params.steps, slot);
     return chorusSuccess;
+}
+
+chorusResult_t cuda_dev_prepare(chorusComm_t comm, const char *fn, void *ctx)
+{
+    cuda_dev_t *d = comm->cuda_dev;
+    if (d != NULL && (d->connected || comm->nranks == 1))
+        return dev_state(comm, fn, ctx); /* made: only checks the context */
+    /* Earlier batches may still use the bootstrap on the worker (their connections). */
+    CHECK(cuda_stage_drain(comm));
+    pthread_mutex_lock(&comm->exec_lock);
+    chorusResult_t res = dev_state(comm, fn, ctx);
+    if (res == chorusSuccess)
+        res = dev_connect(comm);
+    pthread_mutex_unlock(&comm->exec_lock);
+    return res;
 }
 
 chorusResult_t cuda_dev_coll(chorusComm_t comm, const comm_op_t *op, prims_t *p, const char *fn)

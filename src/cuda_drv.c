@@ -53,6 +53,8 @@ static void cu_resolve(void)
         {(void **)&cudrv.launch, "cuLaunchKernel", 2},
         {(void **)&cudrv.device_attr, "cuDeviceGetAttribute", 2},
         {(void **)&cudrv.ctx_current, "cuCtxGetCurrent", 2},
+        {(void **)&cudrv.primary_retain, "cuDevicePrimaryCtxRetain", 0},
+        {(void **)&cudrv.primary_release, "cuDevicePrimaryCtxRelease_v2", 0},
     };
     for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
         void *f = lib != NULL ? dlsym(lib, fns[i].name) : NULL;
@@ -100,16 +102,36 @@ const char *cuda_drv_str(cu_result_t r)
 }
 
 /* The context that owns device pointer p, pushed current and returned in *ctx_p. */
+/* The device whose primary context cuda_push_ctx retained for the pushed one, or -1. */
+static __thread int retained_dev = -1;
+
 chorusResult_t cuda_push_ctx(const char *fn, int rank, const void *p, cu_context_t *ctx_p)
 {
     cu_context_t ctx = NULL;
-    cu_result_t r = cudrv.ptr_attr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (cu_ptr_t)(uintptr_t)p);
-    if (r == CU_SUCCESS && ctx != NULL)
-        r = cudrv.ctx_push(ctx);
+    cu_ptr_t ptr = (cu_ptr_t)(uintptr_t)p;
+    int dev = -1;
+    cu_result_t r = cudrv.ptr_attr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, ptr);
+    if (r == CU_SUCCESS && ctx == NULL) {
+        /* Memory with no owning context (cuMemCreate/cuMemMap, cudaMallocAsync pools): the
+         * primary context of its device, as the runtime would use. */
+        if (cudrv.primary_retain == NULL || cudrv.primary_release == NULL)
+            return ERR(chorusUnhandledCudaError, SUB_COLL,
+                       "%s (rank %d): the device buffer %p belongs to no CUDA context and the "
+                       "driver lacks cuDevicePrimaryCtxRetain",
+                       fn, rank, p);
+        r = cudrv.ptr_attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
+        if (r == CU_SUCCESS)
+            r = cudrv.primary_retain(&ctx, dev);
+        if (r != CU_SUCCESS)
+            dev = -1;
+    }
+    if (r == CU_SUCCESS && (r = cudrv.ctx_push(ctx)) != CU_SUCCESS && dev >= 0)
+        cudrv.primary_release(dev);
     if (r != CU_SUCCESS)
         return ERR(chorusUnhandledCudaError, SUB_COLL,
                    "%s (rank %d): no CUDA context for the device buffer %p: %s", fn, rank, p,
                    cuda_drv_str(r));
+    retained_dev = dev;
     *ctx_p = ctx;
     return chorusSuccess;
 }
@@ -118,6 +140,9 @@ void cuda_pop_ctx(void)
 {
     cu_context_t ctx;
     cudrv.ctx_pop(&ctx);
+    if (retained_dev >= 0)
+        cudrv.primary_release(retained_dev);
+    retained_dev = -1;
 }
 
 /* Wait until everything queued on stream has run, polling with the communicator's deadline. */

@@ -25,6 +25,7 @@ typedef struct {
 #define CU_SUCCESS 0
 #define CU_ERROR_NOT_READY 600
 #define CU_POINTER_ATTRIBUTE_CONTEXT 1
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define CU_MEMHOSTALLOC_PORTABLE 1
 #define CU_MEMHOSTALLOC_DEVICEMAP 2
 #define CU_STREAM_WAIT_VALUE_EQ 1
@@ -63,6 +64,9 @@ typedef struct cuda_drv {
                           void **params, void **extra);
     cu_result_t (*device_attr)(int *value, int attribute, int device);
     cu_result_t (*ctx_current)(cu_context_t *ctx);
+    /* optional: buffers that belong to no context (cuMemCreate memory, cudaMallocAsync pools) */
+    cu_result_t (*primary_retain)(cu_context_t *ctx, int device);
+    cu_result_t (*primary_release)(int device);
 } cuda_drv_t;
 
 extern cuda_drv_t cudrv;
@@ -74,8 +78,9 @@ const char *cuda_drv_missing(void);
 const char *cuda_drv_missing_dev(void);
 /* The driver's text for r. */
 const char *cuda_drv_str(cu_result_t r);
-/* The context that owns device pointer p, pushed current and returned in *ctx_p; fn names the
- * call in the error. */
+/* The context that owns device pointer p (for memory that belongs to none, its device's primary
+ * context, retained until the pop), pushed current and returned in *ctx_p; fn names the call in
+ * the error. One at a time per thread: every push is popped before the next. */
 chorusResult_t cuda_push_ctx(const char *fn, int rank, const void *p, cu_context_t *ctx_p);
 void cuda_pop_ctx(void);
 /* Wait until everything queued on stream has run, polling with the communicator's deadline and

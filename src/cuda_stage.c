@@ -483,7 +483,10 @@ chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const 
         free(t);
         return chorusSuccess;
     }
-    if (comm->cuda_async == NULL)
+    /* The device path's setup never runs on the worker: see cuda_dev_prepare. */
+    if (direct)
+        res = cuda_dev_prepare(comm, fn, ctx);
+    if (res == chorusSuccess && comm->cuda_async == NULL)
         res = async_start(comm, fn, ctx);
     cuda_async_t *a = comm->cuda_async;
     int k = 0;

@@ -34,6 +34,12 @@ int cuda_dev_decide(chorusComm_t comm);
 int cuda_dev_wanted(chorusComm_t comm, const comm_op_t *ops, int n);
 /* Run one collective of such a batch (p: the call's primitives, filled for a host run). */
 chorusResult_t cuda_dev_coll(chorusComm_t comm, const comm_op_t *op, prims_t *p, const char *fn);
+/* Before an asynchronous batch of the device path is queued (ctx: the buffers', pushed): make
+ * the communicator's stream, load every kernel and connect the device ring on first use, in the
+ * calling thread. On the worker these would run while the caller's stream waits for the worker,
+ * and the driver may synchronize the context for them (module loading is lazy since CUDA 12.2):
+ * a deadlock no deadline could end. */
+chorusResult_t cuda_dev_prepare(chorusComm_t comm, const char *fn, void *ctx);
 /* Close the device ring, destroy the stream and unload the kernels (comm_free). */
 void cuda_dev_free(chorusComm_t comm);
 /* chorusMemAllocDevice, and chorusMemFree of device memory (cuda_dev.c). */

@@ -20,9 +20,11 @@
 #include "transport.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_drv.h"
@@ -43,7 +45,19 @@ typedef struct cuda_p2p_res {
     cu_context_t ctx; /* current at setup: close pushes it */
     cu_ptr_t owned; /* recv end: the slots it allocated */
     cu_ptr_t opened; /* send end: the peer's slots opened by IPC (0: same process, or none) */
+    int peer_pid; /* recv end: the sender's process */
 } cuda_p2p_res_t;
+
+/* After the FIFO control block, in the same shm page: whether the sender has the receiver's
+ * memory open. cuMemFree of exported memory before the importer's cuIpcCloseMemHandle is
+ * undefined behaviour, and the two ends close in two processes at their own pace. */
+enum { IMPORT_NONE = 0, IMPORT_OPEN = 1, IMPORT_CLOSED = 2 };
+#define IMPORT_WAIT_NS (10LL * 1000 * 1000 * 1000)
+
+static uint32_t *import_state(const transport_res_t *res)
+{
+    return (uint32_t *)((char *)res->map + sizeof(fifo_ctrl_t));
+}
 
 static int cuda_p2p_can_connect(const peer_info_t *self, const peer_info_t *peer)
 {
@@ -56,7 +70,7 @@ static int cuda_p2p_can_connect(const peer_info_t *self, const peer_info_t *peer
 static size_t ctrl_nbytes(void)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    return (sizeof(fifo_ctrl_t) + page - 1) / page * page;
+    return (sizeof(fifo_ctrl_t) + sizeof(uint32_t) + page - 1) / page * page;
 }
 
 static void bind_conn(transport_res_t *res, const conn_setup_t *s, conn_t *conn, cu_ptr_t slots)
@@ -90,6 +104,7 @@ static chorusResult_t setup_end(const conn_setup_t *s, transport_res_t *res, con
                    s->self->rank);
     if (s->dir == CONN_SEND)
         return chorusSuccess; /* the sender owns nothing: it opens the receiver's memory */
+    p->peer_pid = s->peer->pid;
     size_t nbytes = s->slot_nbytes * (size_t)s->steps;
     r = cudrv.mem_alloc(&p->owned, nbytes);
     if (r != CU_SUCCESS)
@@ -155,27 +170,52 @@ static chorusResult_t cuda_p2p_connect(const conn_setup_t *s, const transport_ha
     res->map_nbytes = h.map_nbytes;
     CHECK(shm_segment_map(res->name, res->map_nbytes, 0, s->peer->rank, 0, &res->map));
     res->unlinked = 1; /* the owner unlinks */
+    if (p->opened != 0)
+        __atomic_store_n(import_state(res), IMPORT_OPEN, __ATOMIC_RELEASE);
     bind_conn(res, s, conn, slots);
     return chorusSuccess;
+}
+
+/* Receiver: 1 once the sender has closed its mapping of our memory (or never opened it, or its
+ * process is gone); waits up to IMPORT_WAIT_NS. */
+static int importer_done(const transport_res_t *res, int pid)
+{
+    int64_t deadline = fifo_now_ns() + IMPORT_WAIT_NS;
+    while (__atomic_load_n(import_state(res), __ATOMIC_ACQUIRE) == IMPORT_OPEN) {
+        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+            return 1; /* gone, and its mappings with it */
+        if (fifo_now_ns() > deadline)
+            return 0;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 1;
 }
 
 static void cuda_p2p_close(transport_res_t *res, conn_t *conn)
 {
     cuda_p2p_res_t *p = res->priv;
+    if (p != NULL && (p->owned != 0 || p->opened != 0)) {
+        int pushed = p->ctx != NULL && cudrv.ctx_push(p->ctx) == CU_SUCCESS;
+        if (p->opened != 0 && cudrv.ipc_close(p->opened) != CU_SUCCESS)
+            WARN(SUB_INIT, "cuda_p2p: cuIpcCloseMemHandle failed (was CUDA torn down first?)");
+        if (p->opened != 0 && res->map != NULL)
+            __atomic_store_n(import_state(res), IMPORT_CLOSED, __ATOMIC_RELEASE);
+        if (p->owned != 0 && res->map != NULL && !importer_done(res, p->peer_pid))
+            WARN(SUB_INIT,
+                 "cuda_p2p: rank %d still has this rank's FIFO open after %lld s: its GPU memory "
+                 "is left allocated",
+                 conn->peer, IMPORT_WAIT_NS / 1000000000);
+        else if (p->owned != 0 && cudrv.mem_free(p->owned) != CU_SUCCESS)
+            WARN(SUB_INIT, "cuda_p2p: cuMemFree of a FIFO failed (was CUDA torn down first?)");
+        if (pushed)
+            cuda_pop_ctx();
+    }
     if (res->map != NULL && !res->unlinked && shm_unlink(res->name) != 0 && errno != ENOENT)
         WARN(SUB_SHM, "shm_unlink(%s) failed: %s", res->name, strerror(errno));
     if (res->map != NULL && munmap(res->map, res->map_nbytes) != 0)
         WARN(SUB_SHM, "munmap of %s failed: %s", res->name, strerror(errno));
     res->map = NULL;
-    if (p != NULL && (p->owned != 0 || p->opened != 0)) {
-        int pushed = p->ctx != NULL && cudrv.ctx_push(p->ctx) == CU_SUCCESS;
-        if (p->opened != 0 && cudrv.ipc_close(p->opened) != CU_SUCCESS)
-            WARN(SUB_INIT, "cuda_p2p: cuIpcCloseMemHandle failed (was CUDA torn down first?)");
-        if (p->owned != 0 && cudrv.mem_free(p->owned) != CU_SUCCESS)
-            WARN(SUB_INIT, "cuda_p2p: cuMemFree of a FIFO failed (was CUDA torn down first?)");
-        if (pushed)
-            cuda_pop_ctx();
-    }
     free(p);
     res->priv = NULL;
     memset(conn, 0, sizeof(*conn));

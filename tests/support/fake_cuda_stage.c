@@ -32,7 +32,9 @@
  * block is not CUDA_MODULE_THREADS x 1 x 1 or whose grid is empty; a vec-mode launch with a
  * pointer not aligned to the element size, or packs that are not 16-byte aligned or run past
  * count; an operation that reaches device or pinned host memory freed (or an IPC mapping closed)
- * after it was queued: it is skipped, where a GPU would fault or write freed memory. A process
+ * after it was queued: it is skipped, where a GPU would fault or write freed memory; module or
+ * kernel loading, stream creation, cuMemAlloc or an IPC open while a stream waits on a flag that
+ * does not hold (the real driver may synchronize the context there: a deadlock). A process
  * forked (without exec) after its first queued operation has no pump. Test support only; never
  * installed.
  */
@@ -443,6 +445,32 @@ static int wait_holds(uint32_t v, uint32_t value, unsigned flags)
     }
 }
 
+/* Calls after which the real driver may synchronize the context (module and kernel loading,
+ * which is lazy since CUDA 12.2; stream creation; allocation and IPC mapping): made while a
+ * stream waits on a flag that does not hold, they could wait for that stream, and the stream for
+ * the caller, for ever. The library makes them before it queues such a wait (or after the flag
+ * was written); here they are a fault. */
+static void no_parked_stream(const char *what)
+{
+    int parked = 0;
+    pthread_mutex_lock(&lock);
+    for (int s = 0; s < MAX_STREAMS && !parked; s++) {
+        stream_t *q = &streams[s];
+        for (unsigned k = q->head; q->state != STREAM_FREE && k != q->tail && !parked; k++) {
+            const op_t *op = &q->ops[k % MAX_PENDING];
+            parked = op->kind == OP_WAIT32 &&
+                     !wait_holds(__atomic_load_n((uint32_t *)op->span[0].p, __ATOMIC_ACQUIRE),
+                                 op->value, op->flags);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (parked) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "%s while a stream waits on a flag that does not hold", what);
+        fault(msg);
+    }
+}
+
 /* Run one operation; 0 when it is a wait whose flag does not hold yet. Only the pump calls it. */
 static int run_op(const op_t *op)
 {
@@ -456,7 +484,12 @@ static int run_op(const op_t *op)
     pthread_mutex_unlock(&region_lock);
     if (gone) { /* freed or closed after the op was queued: a real GPU would fault or scribble */
         pthread_mutex_unlock(&exec_lock);
-        fault("an operation reached memory freed or closed after it was queued");
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "an operation (kind %d, %zu bytes) reached memory freed or closed after it was "
+                 "queued",
+                 op->kind, op->span[0].nbytes);
+        fault(msg);
         return 1;
     }
     int done = 1;
@@ -598,6 +631,7 @@ int cuStreamWaitValue32_v2(void *stream, uintptr_t addr, uint32_t value, unsigne
 
 int cuStreamCreate(void **stream, unsigned flags)
 {
+    no_parked_stream("cuStreamCreate");
     (void)flags;
     if (!has_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -706,6 +740,7 @@ static void mem_name(char *name, size_t n, int pid, uint64_t id)
 
 int cuMemAlloc_v2(uintptr_t *dptr, size_t nbytes)
 {
+    no_parked_stream("cuMemAlloc_v2");
     if (!has_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
     if (nbytes == 0)
@@ -786,6 +821,7 @@ static int ipc_map(const ipc_payload_t *pl, uintptr_t *dptr)
 
 int cuIpcOpenMemHandle_v2(uintptr_t *dptr, cu_ipc_handle_t handle, unsigned flags)
 {
+    no_parked_stream("cuIpcOpenMemHandle_v2");
     (void)flags;
     ipc_payload_t pl;
     memcpy(&pl, handle.reserved, sizeof(pl));
@@ -843,6 +879,7 @@ static int handle_index(const void *h, const unsigned char *base, size_t n)
 
 int cuModuleLoadData(void **module, const void *image)
 {
+    no_parked_stream("cuModuleLoadData");
     (void)image; /* any image: the kernels are the host backend's */
     if (!has_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -872,6 +909,7 @@ int cuModuleUnload(void *module)
 
 int cuModuleGetFunction(void **fn, void *module, const char *name)
 {
+    no_parked_stream("cuModuleGetFunction");
     int m = handle_index(module, module_handles, MAX_MODULES);
     pthread_mutex_lock(&lock);
     int live = m >= 0 && module_live[m];
