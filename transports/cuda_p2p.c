@@ -23,7 +23,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -139,9 +138,7 @@ static chorusResult_t cuda_p2p_connect(const conn_setup_t *s, const transport_ha
                                        transport_res_t *res, conn_t *conn)
 {
     if (s->dir == CONN_RECV) {
-        if (shm_unlink(res->name) != 0)
-            WARN(SUB_SHM, "shm_unlink(%s) failed: %s", res->name, strerror(errno));
-        res->unlinked = 1;
+        shm_res_unlink(res);
         return chorusSuccess;
     }
     cuda_p2p_res_t *p = res->priv;
@@ -211,11 +208,7 @@ static void cuda_p2p_close(transport_res_t *res, conn_t *conn)
         if (pushed)
             cuda_pop_ctx();
     }
-    if (res->map != NULL && !res->unlinked && shm_unlink(res->name) != 0 && errno != ENOENT)
-        WARN(SUB_SHM, "shm_unlink(%s) failed: %s", res->name, strerror(errno));
-    if (res->map != NULL && munmap(res->map, res->map_nbytes) != 0)
-        WARN(SUB_SHM, "munmap of %s failed: %s", res->name, strerror(errno));
-    res->map = NULL;
+    shm_res_release(res);
     free(p);
     res->priv = NULL;
     memset(conn, 0, sizeof(*conn));

@@ -238,10 +238,7 @@ static chorusResult_t shm_connect(const conn_setup_t *s, const transport_handle_
                                   transport_res_t *res, conn_t *conn)
 {
     if (s->dir == CONN_RECV) {
-        /* The sender has mapped the segment: drop the name now. */
-        if (shm_unlink(res->name) != 0)
-            WARN(SUB_SHM, "shm_unlink(%s) failed: %s", res->name, strerror(errno));
-        res->unlinked = 1;
+        shm_res_unlink(res); /* the sender has mapped the segment: drop the name now */
         return chorusSuccess;
     }
     shm_handle_t h;
@@ -264,13 +261,25 @@ static chorusResult_t shm_connect(const conn_setup_t *s, const transport_handle_
     return chorusSuccess;
 }
 
-static void shm_close(transport_res_t *res, conn_t *conn)
+void shm_res_unlink(transport_res_t *res)
+{
+    if (shm_unlink(res->name) != 0)
+        WARN(SUB_SHM, "shm_unlink(%s) failed: %s", res->name, strerror(errno));
+    res->unlinked = 1;
+}
+
+void shm_res_release(transport_res_t *res)
 {
     if (res->map != NULL && !res->unlinked && shm_unlink(res->name) != 0 && errno != ENOENT)
         WARN(SUB_SHM, "shm_unlink(%s) failed: %s", res->name, strerror(errno));
     if (res->map != NULL && munmap(res->map, res->map_nbytes) != 0)
         WARN(SUB_SHM, "munmap of %s failed: %s", res->name, strerror(errno));
     res->map = NULL;
+}
+
+static void shm_close(transport_res_t *res, conn_t *conn)
+{
+    shm_res_release(res);
     memset(conn, 0, sizeof(*conn));
 }
 

@@ -108,6 +108,11 @@ extern const transport_ops_t cuda_p2p_transport;
  * existing one by name). peer names the other rank in errors (the owner for a window: window
  * set). The creator unlinks it. */
 void shm_segment_name(char *name, size_t len, int from, int to, int tag);
+/* A FIFO's segment in res (res->name, res->map, res->map_nbytes), as shm and cuda_p2p keep it:
+ * the receiver drops the name once the sender mapped it (connect), and close unmaps it (and
+ * unlinks it if still named). Failures are WARNs. */
+void shm_res_unlink(transport_res_t *res);
+void shm_res_release(transport_res_t *res);
 chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int peer, int window,
                                void **map_p);
 
