@@ -196,6 +196,11 @@ static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
     p->divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0;
 }
 
+static conn_req_t tree_req(conn_dir_t dir, int peer, int tag, size_t slot, comm_conn_t *cc)
+{
+    return (conn_req_t){.dir = dir, .peer = peer, .tag = tag, .slot_nbytes = slot, .cc = cc};
+}
+
 /* Connect every channel's tree on first use (all ranks reach this in the same call: they run the
  * same collective and the tuner picks the same algorithm everywhere). */
 static chorusResult_t connect_trees(chorusComm_t comm)
@@ -208,16 +213,15 @@ static chorusResult_t connect_trees(chorusComm_t comm)
     for (int c = 0; c < comm->nchannels; c++) {
         channel_t *ch = &comm->channels[c];
         if (ch->tree.up >= 0) {
+            reqs[n++] = tree_req(CONN_SEND, ch->tree.up, TREE_UP_TAG(c), slot, &ch->tree_up_send);
             reqs[n++] =
-                (conn_req_t){CONN_SEND, ch->tree.up, TREE_UP_TAG(c), slot, &ch->tree_up_send, NULL};
-            reqs[n++] = (conn_req_t){CONN_RECV, ch->tree.up,         TREE_DOWN_TAG(c),
-                                     slot,      &ch->tree_down_recv, NULL};
+                tree_req(CONN_RECV, ch->tree.up, TREE_DOWN_TAG(c), slot, &ch->tree_down_recv);
         }
         for (int i = 0; i < ch->tree.ndown; i++) {
-            reqs[n++] = (conn_req_t){CONN_RECV, ch->tree.down[i],     TREE_UP_TAG(c),
-                                     slot,      &ch->tree_up_recv[i], NULL};
-            reqs[n++] = (conn_req_t){CONN_SEND, ch->tree.down[i],       TREE_DOWN_TAG(c),
-                                     slot,      &ch->tree_down_send[i], NULL};
+            reqs[n++] =
+                tree_req(CONN_RECV, ch->tree.down[i], TREE_UP_TAG(c), slot, &ch->tree_up_recv[i]);
+            reqs[n++] = tree_req(CONN_SEND, ch->tree.down[i], TREE_DOWN_TAG(c), slot,
+                                 &ch->tree_down_send[i]);
         }
     }
     CHECK(comm_connect(comm, reqs, n));
