@@ -350,13 +350,18 @@ chorusResult_t cuda_mem_alloc(void **ptr, size_t nbytes)
 {
     const char *missing = cuda_drv_missing_dev();
     cu_context_t ctx = NULL;
-    if (missing != NULL || cudrv.ctx_current(&ctx) != CU_SUCCESS || ctx == NULL)
+    if (!cuda_drv_loaded())
         return ERR(chorusInvalidUsage, SUB_ALLOC,
-                   "chorusMemAllocDevice: %s%s (initialise CUDA and pick a device first, e.g. "
-                   "cudaSetDevice)",
-                   missing != NULL ? "the CUDA driver is not loaded or lacks "
-                                   : "no current CUDA context",
-                   missing != NULL ? missing : "");
+                   "chorusMemAllocDevice: this process has not loaded CUDA (initialise it and pick "
+                   "a device first, e.g. cudaSetDevice; Chorus never loads it)");
+    if (missing != NULL)
+        return ERR(chorusInvalidUsage, SUB_ALLOC,
+                   "chorusMemAllocDevice: the loaded CUDA driver lacks %s (update the driver)",
+                   missing);
+    if (cudrv.ctx_current(&ctx) != CU_SUCCESS || ctx == NULL)
+        return ERR(chorusInvalidUsage, SUB_ALLOC,
+                   "chorusMemAllocDevice: no current CUDA context on this thread (pick a device "
+                   "first, e.g. cudaSetDevice)");
     cu_ptr_t d = 0;
     cu_result_t r = cudrv.mem_alloc(&d, nbytes);
     if (r != CU_SUCCESS)

@@ -17,11 +17,13 @@
 cuda_drv_t cudrv;
 static const char *cu_missing; /* the first function staging needs that the driver lacks */
 static const char *cu_missing_dev; /* the first one the device path needs */
+static int cu_loaded; /* the process had loaded libcuda.so.1 when the table was resolved */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 
 static void cu_resolve(void)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    cu_loaded = lib != NULL;
     struct {
         void **slot;
         const char *name;
@@ -76,6 +78,12 @@ const char *cuda_drv_missing_dev(void)
 {
     pthread_once(&cu_once, cu_resolve);
     return cu_missing != NULL ? cu_missing : cu_missing_dev;
+}
+
+int cuda_drv_loaded(void)
+{
+    pthread_once(&cu_once, cu_resolve);
+    return cu_loaded;
 }
 
 int cuda_device_count(void)

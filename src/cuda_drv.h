@@ -76,6 +76,8 @@ extern cuda_drv_t cudrv;
 const char *cuda_drv_missing(void);
 /* NULL when the device path's functions are all there too, else the first missing one. */
 const char *cuda_drv_missing_dev(void);
+/* 1 when the process had loaded the driver (the table's functions come from it). */
+int cuda_drv_loaded(void);
 /* The driver's text for r. */
 const char *cuda_drv_str(cu_result_t r);
 /* The context that owns device pointer p (for memory that belongs to none, its device's primary

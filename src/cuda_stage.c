@@ -1,11 +1,12 @@
 /*
  * cuda_stage.c: collectives on CUDA device buffers, staged through pinned host memory.
  *
- * The first way device buffers run, before the device executor and the cuda_p2p transport
- * (issue 8): every device input is copied into pinned host memory, in order on the caller's CUDA
- * stream (after the work queued there before the call); the operation runs on the host copies as
- * any host operation; the outputs are copied back on the same stream. Every byte crosses PCIe
- * twice. Two ways to order it with the stream:
+ * The way device buffers run where GPU to GPU (cuda_dev.c, cuda_p2p) does not: across hosts,
+ * send/recv and all-to-all, or CHORUS_CUDA_P2P=0. Every device input is copied into pinned host
+ * memory, in order on the caller's CUDA stream (after the work queued there before the call); the
+ * operation runs on the host copies as any host operation; the outputs are copied back on the
+ * same stream. Every byte crosses PCIe twice. Two ways to order it with the stream (the device
+ * path uses the same two, without the copies):
  *
  * - Asynchronous (where the driver has stream memory operations, CHORUS_CUDA_ASYNC=1): the call
  *   queues on the stream  [inputs D->H] [write ready=seq] [wait done==seq] [outputs H->D]
@@ -19,13 +20,12 @@
  * - Blocking (otherwise): the caller polls the stream idle after the input copies and after the
  *   output copies, and the call returns when the outputs have landed.
  *
- * CUDA is reached through the driver the application already loaded (mem.c's rule: Chorus never
+ * CUDA is reached through the driver the application already loaded (cuda_drv.c: Chorus never
  * loads it), its functions looked up by name, so this file needs no CUDA header or library. Each
  * call runs in the context that owns the device buffer (pushed for the call's CUDA calls). Every
  * wait for a stream polls with the communicator's deadline and abort flag.
  */
 #define _GNU_SOURCE
-
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>

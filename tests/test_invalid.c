@@ -18,7 +18,8 @@
  * async error must report it, the next call must be refused with chorusInvalidUsage naming the
  * abort (buffers untouched), and both ranks then destroy without hanging.
  * chorusMemAlloc/chorusMemFree: NULL ptr and 0 bytes refused; freeing a pointer inside a buffer
- * but not its start refused with chorusInvalidArgument (the buffer stays usable and is freed).
+ * but not its start refused with chorusInvalidArgument (the buffer stays usable and is freed);
+ * chorusMemAllocDevice in a process without CUDA is chorusInvalidUsage naming CUDA.
  * Malformed environment: each bad CHORUS_* value makes init (and chorusGetUniqueId, and
  * chorusCommInitAll) fail with chorusInvalidArgument and a message naming the variable; once
  * unset, init with the same id succeeds.
@@ -583,6 +584,15 @@ static void run_memalloc(void)
     void *p = NULL;
     if (chorusMemAlloc(NULL, 64) != chorusInvalidArgument)
         FAIL("chorusMemAlloc(NULL, 64) was not refused with chorusInvalidArgument");
+    /* No CUDA in this process (and maybe none in the build): device memory is refused, saying
+     * why; bad arguments first. */
+    if (chorusMemAllocDevice(NULL, 64) != chorusInvalidArgument ||
+        chorusMemAllocDevice(&p, 0) != chorusInvalidArgument)
+        FAIL("chorusMemAllocDevice with a NULL ptr or 0 bytes was not chorusInvalidArgument");
+    if (chorusMemAllocDevice(&p, 64) != chorusInvalidUsage ||
+        strstr(chorusGetLastError(NULL), "CUDA") == NULL)
+        FAIL("chorusMemAllocDevice without CUDA: not chorusInvalidUsage naming CUDA: \"%s\"",
+             chorusGetLastError(NULL));
     if (chorusMemAlloc(&p, 0) != chorusInvalidArgument)
         FAIL("chorusMemAlloc(&p, 0) was not refused with chorusInvalidArgument");
     if (chorusMemAlloc(&p, 8192) != chorusSuccess || p == NULL) {
