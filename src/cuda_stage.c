@@ -421,6 +421,11 @@ static int async_wanted(chorusComm_t comm, const comm_op_t *ops, int n)
     for (int i = 0; i < n; i++)
         if (!ops[i].on_device || ops[i].cuda_stream != ops[0].cuda_stream)
             return 0;
+    /* GPU to GPU behind a wait on the legacy default stream hung on the H200 (1 rank, driver
+     * 580): its copies on the communicator's non-blocking stream never finished. Such calls run
+     * the blocking way. */
+    if (n > 0 && ops[0].cuda_stream == NULL && cuda_dev_wanted(comm, ops, n))
+        return 0;
     return n > 0;
 }
 

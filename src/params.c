@@ -54,8 +54,9 @@ static const param_def_t param_table[] = {
      "bytes of each of the two buffers of a rank's node-local window (one-shot, two-shot)"},
     {"CHORUS_ZCOPY", PT_INT, "1", 0, 1, OFF(zcopy),
      "1: one-host direct algorithms read chorusMemAlloc inputs in place from 512 KiB; 0: copy"},
-    {"CHORUS_CUDA_P2P", PT_INT, "1", 0, 1, OFF(cuda_p2p),
-     "1: device buffers of ranks on one machine move GPU to GPU (cuda_p2p); 0: staged via host"},
+    {"CHORUS_CUDA_P2P", PT_INT, "-1", -1, 1, OFF(cuda_p2p),
+     "device buffers inside a machine GPU to GPU (1), staged via host (0); -1: 1 unless GPUs "
+     "shared"},
     {"CHORUS_CUDA_ASYNC", PT_INT, "1", 0, 1, OFF(cuda_async),
      "1: device-buffer calls return at once, ordered by stream memory operations; 0: they wait"},
     {"CHORUS_SOCKET_IFNAME", PT_STR, "", 0, 0, OFF(socket_ifname),

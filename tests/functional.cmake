@@ -70,6 +70,9 @@ unset(CMAKE_REQUIRED_LINK_OPTIONS)
 if(CHORUS_TEST_HAVE_ASAN AND NOT CMAKE_C_FLAGS MATCHES "-fsanitize")
     get_target_property(_chorus_lib_sources chorus_obj SOURCES)
     add_executable(test_lifecycle_asan test_lifecycle.c support/harness.c ${_chorus_lib_sources})
+    if(TARGET chorus_cuda_fatbin) # the kernels' generated source is among them
+        add_dependencies(test_lifecycle_asan chorus_cuda_fatbin)
+    endif()
     target_compile_options(test_lifecycle_asan PRIVATE -fsanitize=address -fno-omit-frame-pointer)
     target_link_options(test_lifecycle_asan PRIVATE -fsanitize=address)
     target_compile_definitions(test_lifecycle_asan PRIVATE

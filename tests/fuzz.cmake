@@ -25,6 +25,9 @@ if(CHORUS_TEST_HAVE_ASAN_UBSAN AND NOT CMAKE_C_FLAGS MATCHES "-fsanitize")
     # The library once more, instrumented; shared by the three replay drivers.
     add_library(chorus_fuzz_obj OBJECT ${_fuzz_lib_sources} fuzz/fuzz_common.c
         fuzz/replay_main.c)
+    if(TARGET chorus_cuda_fatbin) # the kernels' generated source is among them
+        add_dependencies(chorus_fuzz_obj chorus_cuda_fatbin)
+    endif()
     target_compile_options(chorus_fuzz_obj PRIVATE ${_fuzz_flags})
     target_compile_definitions(chorus_fuzz_obj PRIVATE
         $<TARGET_PROPERTY:chorus_obj,COMPILE_DEFINITIONS>)

@@ -515,7 +515,7 @@ static int check_stuck_stream(char *d_buf)
 static int check_launch_failure(chorusComm_t comm, char *d_send, char *d_recv)
 {
     const char *p2p = getenv("CHORUS_CUDA_P2P");
-    if (p2p != NULL && strcmp(p2p, "0") == 0)
+    if (p2p == NULL || strcmp(p2p, "1") != 0)
         return 0;
     size_t count = 100000;
     if (rank == 0)
@@ -623,8 +623,9 @@ int main(int argc, char **argv)
     }
 #ifdef TEST_FAKE_CUDA
     /* The path taken: GPU to GPU launches reduction kernels; staging reduces on the host. */
+    /* Unset or -1: GPU to GPU unless ranks share a GPU, as every rank does the fake's one. */
     const char *p2p = getenv("CHORUS_CUDA_P2P");
-    int want_kernels = p2p == NULL || strcmp(p2p, "0") != 0;
+    int want_kernels = p2p != NULL && strcmp(p2p, "1") == 0;
     if (fails == 0 && (fake_launches() > 0) != want_kernels) {
         fprintf(stderr, "rank %d: FAIL: %d kernel launches, but CHORUS_CUDA_P2P=%s\n", rank,
                 fake_launches(), p2p ? p2p : "(unset)");
