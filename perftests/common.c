@@ -203,7 +203,7 @@ static void perf_print_banner(perf_ctx_t *ctx)
                o->device_bufs   ? (o->stream_null ? "NULL (legacy CUDA stream)" : "CUDA stream")
                : o->stream_null ? "NULL (blocking calls)"
                                 : "host stream",
-               o->device_bufs     ? "cudaMalloc (staged through pinned host memory by Chorus)"
+               o->device_bufs     ? "cudaMalloc (GPU to GPU or staged: CHORUS_CUDA_P2P)"
                : o->register_bufs ? "chorusMemAlloc"
                                   : "malloc");
     if (o->compare_mpi && o->device_bufs) {
