@@ -11,11 +11,14 @@ chorus_add_test(NAME cuda_memops TIMEOUT 300 COMMAND test_cuda_memops LABELS gpu
 add_executable(test_cuda_device_ptr test_cuda_device_ptr.c)
 target_link_libraries(test_cuda_device_ptr chorus CUDA::cudart_static)
 chorus_add_test(NAME cuda_device_ptr TIMEOUT 60 COMMAND test_cuda_device_ptr LABELS gpu)
-# Every collective on device buffers (staged through pinned host memory), 2 and 4 processes on
-# one GPU, in stream order.
+# Every collective on device buffers, 2 and 4 processes on one GPU, in stream order: compute
+# kernels write each input before the call and read each result after it on the same stream.
 if(MPI_C_FOUND)
+  add_library(test_cuda_order_kernels STATIC support/cuda_order_kernels.cu)
+  set_target_properties(test_cuda_order_kernels PROPERTIES CUDA_STANDARD 17)
+  target_link_libraries(test_cuda_order_kernels PUBLIC CUDA::cudart_static)
   add_executable(test_cuda_coll test_cuda_coll.c)
-  target_link_libraries(test_cuda_coll chorus MPI::MPI_C CUDA::cudart_static)
+  target_link_libraries(test_cuda_coll chorus MPI::MPI_C test_cuda_order_kernels)
   foreach(n 2 4)
     chorus_add_test(NAME cuda_coll_${n} TIMEOUT 300 LABELS gpu mpi
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}

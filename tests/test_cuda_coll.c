@@ -4,8 +4,10 @@
  * float32, bfloat16 and int32, max, avg; out of place and in place), broadcast, reduce,
  * all-gather (also in place), reduce-scatter, all-to-all, a send/recv ring in a group, and two
  * all-reduces in one group, over counts 1, 1000 and 2^20 + 3. Stream order: each input is written
- * on the caller's CUDA stream behind a 20 ms host function, so a call that did not wait for the
- * stream would read the stale pattern; each result is read back on the same stream. Also: device
+ * on the caller's CUDA stream by a compute kernel queued behind one busy for 20 ms, so a call that
+ * did not wait for the stream would read the stale pattern; each result is read by a compute
+ * kernel queued on the same stream right after the call (support/cuda_order_kernels.cu; the fake
+ * driver's runs use copies: it runs no kernel but its own). Also: device
  * and host buffers mixed in one call, and a host stream with device buffers, are
  * chorusInvalidArgument. Without a CUDA device every rank prints SKIP and exits 77.
  * Whichever way the environment asks: GPU to GPU over cuda_p2p (the default inside a machine),
@@ -121,6 +123,7 @@ static void *host_alloc(size_t nbytes)
 #else
 #include <cuda_runtime_api.h>
 
+#include "support/cuda_order_kernels.h"
 #include "support/cuda_skip.h"
 
 static cudaStream_t stream;
@@ -132,12 +135,6 @@ static int cuda_ok(cudaError_t e, const char *what)
         return 0;
     }
     return 1;
-}
-
-static void CUDART_CB slow_host_fn(void *arg)
-{
-    (void)arg;
-    usleep(20000);
 }
 
 /* One device per rank (rank % count); 0 devices and the reason without CUDA. */
@@ -157,17 +154,17 @@ static void *dev_alloc(size_t nbytes)
     return cuda_ok(cudaMalloc(&p, nbytes), "alloc") ? p : NULL;
 }
 
-/* In order on the stream, behind a slow host function. */
+/* In order on the stream: a compute kernel busy for 20 ms, then one that writes the input from
+ * src (pinned host memory). */
 static int dev_write(void *dst, const void *src, size_t nbytes)
 {
-    return cuda_ok(cudaLaunchHostFunc(stream, slow_host_fn, NULL), "host function") &&
-           cuda_ok(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream), "input copy");
+    return cuda_ok(order_kernel_write(dst, src, nbytes, 20, stream), "input kernels");
 }
 
+/* In order on the stream: a compute kernel that reads the result into dst (pinned). */
 static int dev_read(void *dst, const void *src, size_t nbytes)
 {
-    return cuda_ok(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream),
-                   "result copy") &&
+    return cuda_ok(order_kernel_read(dst, src, nbytes, stream), "result kernel") &&
            cuda_ok(cudaStreamSynchronize(stream), "stream");
 }
 
@@ -413,7 +410,7 @@ static double now_s(void)
 
 /* The call returns while the stream is still busy with what came before it (CHORUS_CUDA_ASYNC,
  * the default): with the fake, the stream is stopped outright until the call has returned; with
- * a GPU, the input copy waits behind a 20 ms host function. The result is still exact. */
+ * a GPU, the input's kernel waits behind one busy for 20 ms. The result is still exact. */
 static int check_returns_at_once(chorusComm_t comm, char *d_send, char *d_recv)
 {
     size_t count = 1000;
@@ -434,7 +431,7 @@ static int check_returns_at_once(chorusComm_t comm, char *d_send, char *d_recv)
                                        (chorusStream_t)stream);
     double dt = now_s() - t0;
     /* The proof is not a time: the stream has not yet run the call's input copy when it returns
-     * (the fake's is stopped; a GPU's waits behind the 20 ms host function). */
+     * (the fake's is stopped; a GPU's waits behind the kernel busy for 20 ms). */
 #ifdef TEST_FAKE_CUDA
     int busy = cu_query(stream) != 0;
     fake_stuck(0);
