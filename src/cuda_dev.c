@@ -1,9 +1,12 @@
 /*
  * cuda_dev.c: collectives on CUDA device buffers moved GPU to GPU (issue 8's device path).
  *
- * When every rank of the communicator is on one machine with a CUDA device (and
- * CHORUS_CUDA_P2P=1, the default), a collective whose buffers are device memory runs its ring
- * program (DESIGN section 6) on the host executor with two differences from a host call:
+ * When every rank of the communicator is on one machine with a CUDA device, no two share a GPU
+ * (CHORUS_CUDA_P2P=1 allows that too; 0 turns the path off), and every rank can open every other
+ * rank's GPU memory (the GPU, known by its PCI bus id, is visible in the process and peer access
+ * is possible: NCCL's rule for its P2P transport), a collective whose buffers are device memory
+ * runs its ring program (DESIGN section 6) on the host executor with two differences from a host
+ * call:
  *   - the connections are the ring of channel 0 over cuda_p2p (FIFO slots in the receiver's GPU
  *     memory, opened by CUDA IPC), built on the first such call;
  *   - the memops backend is the CUDA one below: copies are cuMemcpyAsync, reductions and avg's
@@ -172,6 +175,17 @@ static const memops_ops_t dev_memops = {
     .divide = dev_divide,
 };
 
+/* Two ranks on one GPU: the same machine and bus id (device numbers differ between processes
+ * whose CUDA_VISIBLE_DEVICES differ), or the same device number where the driver gave no bus id. */
+static int same_gpu(const peer_info_t *a, const peer_info_t *b)
+{
+    if (a->machine_hash != b->machine_hash)
+        return 0;
+    if (a->cuda_busid[0] != '\0' && b->cuda_busid[0] != '\0')
+        return strcmp(a->cuda_busid, b->cuda_busid) == 0;
+    return a->cuda_dev == b->cuda_dev;
+}
+
 int cuda_dev_decide(chorusComm_t comm)
 {
     if (!CHORUS_HAVE_CUDA || comm->params.cuda_p2p == 0 || cuda_drv_missing_dev() != NULL)
@@ -185,9 +199,42 @@ int cuda_dev_decide(chorusComm_t comm)
      * staged; 2 MiB: 2.2 against 0.6 ms); CHORUS_CUDA_P2P=1 still forces it (the tests do). */
     for (int r = 0; r < comm->nranks && comm->params.cuda_p2p < 0; r++)
         for (int q = 0; q < r; q++)
-            if (comm->peers[q].cuda_dev == comm->peers[r].cuda_dev &&
-                comm->peers[q].machine_hash == comm->peers[r].machine_hash)
+            if (same_gpu(&comm->peers[q], &comm->peers[r]))
                 return 0;
+    return 1;
+}
+
+/* The device of this process that is peer's GPU, or -1 where this process does not see it (its
+ * CUDA_VISIBLE_DEVICES leaves it out). */
+static int device_of(const peer_info_t *self, const peer_info_t *peer)
+{
+    int dev = -1;
+    if (same_gpu(self, peer))
+        return self->cuda_dev;
+    if (peer->cuda_busid[0] == '\0' || cudrv.device_by_busid == NULL)
+        return peer->cuda_dev; /* no bus ids: the device numbers are all there is */
+    return cudrv.device_by_busid(&dev, peer->cuda_busid) == CU_SUCCESS ? dev : -1;
+}
+
+int cuda_dev_reachable(chorusComm_t comm, int *peer_p)
+{
+    const peer_info_t *self = &comm->peers[comm->rank];
+    for (int r = 0; r < comm->nranks; r++) {
+        const peer_info_t *peer = &comm->peers[r];
+        int dev = device_of(self, peer), can = 1;
+        if (dev == self->cuda_dev)
+            continue;
+        if (dev < 0 || (cudrv.can_access_peer != NULL &&
+                        (cudrv.can_access_peer(&can, self->cuda_dev, dev) != CU_SUCCESS || !can))) {
+            INFO(SUB_INIT,
+                 "rank %d cannot open rank %d's GPU memory (GPU %s %s): device-buffer "
+                 "collectives stage through host memory",
+                 comm->rank, r, peer->cuda_busid[0] ? peer->cuda_busid : "?",
+                 dev < 0 ? "not visible in this process" : "without peer access from this one");
+            *peer_p = r;
+            return 0;
+        }
+    }
     return 1;
 }
 

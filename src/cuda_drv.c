@@ -57,6 +57,9 @@ static void cu_resolve(void)
         {(void **)&cudrv.ctx_current, "cuCtxGetCurrent", 2},
         {(void **)&cudrv.primary_retain, "cuDevicePrimaryCtxRetain", 0},
         {(void **)&cudrv.primary_release, "cuDevicePrimaryCtxRelease_v2", 0},
+        {(void **)&cudrv.device_busid, "cuDeviceGetPCIBusId", 0},
+        {(void **)&cudrv.device_by_busid, "cuDeviceGetByPCIBusId", 0},
+        {(void **)&cudrv.can_access_peer, "cuDeviceCanAccessPeer", 0},
     };
     for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
         void *f = lib != NULL ? dlsym(lib, fns[i].name) : NULL;
@@ -99,6 +102,15 @@ int cuda_current_device(void)
     if (cuda_device_count() < 0 || cudrv.ctx_device == NULL || cudrv.ctx_device(&dev) != CU_SUCCESS)
         return -1;
     return dev;
+}
+
+void cuda_device_busid(int dev, char *busid, size_t len)
+{
+    busid[0] = '\0';
+    if (dev < 0 || cuda_device_count() < 0 || cudrv.device_busid == NULL ||
+        cudrv.device_busid(busid, (int)len, dev) != CU_SUCCESS)
+        busid[0] = '\0';
+    busid[len - 1] = '\0';
 }
 
 const char *cuda_drv_str(cu_result_t r)

@@ -67,6 +67,10 @@ typedef struct cuda_drv {
     /* optional: buffers that belong to no context (cuMemCreate memory, cudaMallocAsync pools) */
     cu_result_t (*primary_retain)(cu_context_t *ctx, int device);
     cu_result_t (*primary_release)(int device);
+    /* optional: which GPUs the device path may pair (cuda_dev_decide) */
+    cu_result_t (*device_busid)(char *busid, int len, int device);
+    cu_result_t (*device_by_busid)(int *device, const char *busid);
+    cu_result_t (*can_access_peer)(int *can, int device, int peer_device);
 } cuda_drv_t;
 
 extern cuda_drv_t cudrv;

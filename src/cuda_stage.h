@@ -11,6 +11,8 @@
 int cuda_device_count(void);
 /* The device of the calling thread's current CUDA context, or -1 (none, or CUDA not loaded). */
 int cuda_current_device(void);
+/* Device dev's PCI bus id ("0000:3b:00.0") in busid, or "" where the driver cannot say. */
+void cuda_device_busid(int dev, char *busid, size_t len);
 /* Copy the device inputs of ops[i] with on_device into a pinned arena on each op's cuda_stream,
  * wait for the streams, and point those ops' sendbuff/recvbuff at the arena. fn names the call. */
 chorusResult_t cuda_stage_in(chorusComm_t comm, comm_op_t *ops, int n, const char *fn);
@@ -26,9 +28,13 @@ chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const 
 chorusResult_t cuda_stage_drain(chorusComm_t comm);
 /* 1 on the CUDA worker thread. */
 int cuda_stage_is_worker(void);
-/* The device path (cuda_dev.c): 1 when every rank of comm can reach every other over cuda_p2p
- * (init, after the peer exchange; the same answer on every rank). */
+/* The device path (cuda_dev.c): 1 when every rank of comm may run device-buffer collectives GPU
+ * to GPU by what the peer exchange says (init, after it; the same answer on every rank). */
 int cuda_dev_decide(chorusComm_t comm);
+/* Where cuda_dev_decide said 1: 1 when this rank's context can open every other rank's GPU
+ * memory (the GPU is visible here and peer access is possible), else 0 with the first rank it
+ * cannot reach in *peer_p. Init agrees on the answer over all ranks. */
+int cuda_dev_reachable(chorusComm_t comm, int *peer_p);
 /* 1 when the batch runs GPU to GPU: comm decided so, and every op is a collective on device
  * buffers. */
 int cuda_dev_wanted(chorusComm_t comm, const comm_op_t *ops, int n);

@@ -42,6 +42,8 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
     info->cuda_dev = init_all_dev >= 0  ? init_all_dev
                      : CHORUS_HAVE_CUDA ? cuda_current_device()
                                         : -1;
+    if (CHORUS_HAVE_CUDA)
+        cuda_device_busid(info->cuda_dev, info->cuda_busid, sizeof(info->cuda_busid));
     info->numa_node = -1;
     char host[64] = "", boot_id[64] = "";
     gethostname(host, sizeof(host) - 1);
@@ -242,18 +244,32 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
      * inputs are agreed on: the fewest cores, the slowest link, the longest latency. A rank whose
      * ring neighbours are all local has no net state (0: unknown) and takes the others' word;
      * before this, such a rank assumed 10 Gbit/s where its peers knew 1, picked another
-     * algorithm at 16 MiB, and the job hung (2 hosts x 4 ranks). */
-    int64_t *all = calloc((size_t)comm->nranks * 4, sizeof(int64_t));
+     * algorithm at 16 MiB, and the job hung (2 hosts x 4 ranks). The same exchange agrees on
+     * whether device buffers go GPU to GPU (each rank can tell only which GPUs it can open). */
+    enum { NAGREE = 6 };
+    int64_t *all = calloc((size_t)comm->nranks * NAGREE, sizeof(int64_t));
     if (all == NULL)
         return ERR(chorusSystemError, SUB_TUNING, "out of memory");
-    int64_t *mine = all + 4 * comm->rank;
+    int64_t *mine = all + NAGREE * comm->rank;
     mine[0] = t.host_cores;
     mine[1] = (int64_t)(t.net_gbps * 1000.0);
     mine[2] = (int64_t)(t.net_latency_us * 1000.0);
     mine[3] = window_possible(comm); /* direct algorithms: only where every rank can map */
-    chorusResult_t res = boot_allgather(comm->boot, all, 4 * sizeof(int64_t));
+    /* Device buffers GPU to GPU: only where every rank can open every other's GPU memory. */
+    int cant_reach = -1;
+    mine[4] = comm->cuda_direct && cuda_dev_reachable(comm, &cant_reach);
+    mine[5] = cant_reach;
+    chorusResult_t res = boot_allgather(comm->boot, all, NAGREE * sizeof(int64_t));
     for (int r = 0; res == chorusSuccess && r < comm->nranks; r++) {
-        const int64_t *v = all + 4 * r;
+        const int64_t *v = all + NAGREE * r;
+        if (comm->cuda_direct && !v[4]) {
+            if (r != comm->rank)
+                INFO(SUB_INIT,
+                     "rank %d cannot open rank %lld's GPU memory: device-buffer collectives "
+                     "stage through host memory",
+                     r, (long long)v[5]);
+            comm->cuda_direct = 0;
+        }
         if (v[3] < mine[3])
             mine[3] = v[3];
         if (v[0] > 0 && (mine[0] == 0 || v[0] < mine[0]))

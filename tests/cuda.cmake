@@ -41,15 +41,25 @@ if(MPI_C_FOUND)
   target_link_libraries(test_cuda_stage chorus MPI::MPI_C ${CMAKE_DL_LIBS})
   add_dependencies(test_cuda_stage fake_cuda_stage) # loaded at run time: build it with the test
   # Both paths: staged through host memory (cuda_stage), GPU to GPU over cuda_p2p (cuda_p2p),
-  # the latter also with the caller waiting for its stream (CHORUS_CUDA_ASYNC=0).
-  foreach(t stage_2:0:1 stage_4:0:1 p2p_2:1:1 p2p_4:1:1 p2p_blocking_2:1:0)
+  # the latter also with the caller waiting for its stream (CHORUS_CUDA_ASYNC=0); every rank on
+  # the fake's one GPU, or (TEST_CUDA_GPUS) on GPUs of their own: numbered 0 in each process
+  # (GPU to GPU by default, told apart by bus id), hidden from each other or without peer access
+  # (staged, even where CHORUS_CUDA_P2P=1 asks for GPU to GPU).
+  foreach(t stage_2:0:1:shared stage_4:0:1:shared p2p_2:1:1:shared p2p_4:1:1:shared
+      p2p_blocking_2:1:0:shared gpus_rotated_2:-1:1:rotated gpus_isolated_2:1:1:isolated
+      gpus_nopeer_2:-1:1:nopeer)
     string(REPLACE ":" ";" f ${t})
     list(GET f 0 name)
     list(GET f 1 p2p)
     list(GET f 2 async)
+    list(GET f 3 gpus)
+    set(gpus_env)
+    if(NOT gpus STREQUAL "shared")
+      set(gpus_env TEST_CUDA_GPUS=${gpus})
+    endif()
     string(REGEX REPLACE ".*_" "" n ${name})
     chorus_add_test(NAME cuda_${name} TIMEOUT 300 LABELS mpi
-      ENV CHORUS_CUDA_P2P=${p2p} CHORUS_CUDA_ASYNC=${async}
+      ENV CHORUS_CUDA_P2P=${p2p} CHORUS_CUDA_ASYNC=${async} ${gpus_env}
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
               $<TARGET_FILE:test_cuda_stage> $<TARGET_FILE_DIR:fake_cuda_stage>/libcuda.so.1)
   endforeach()

@@ -66,8 +66,10 @@ static int dev_setup(int argc, char **argv, const char **why)
     fake_launches = lib ? (int (*)(void))dlsym(lib, "fake_cuda_launches") : NULL;
     fake_fail_launch = lib ? (void (*)(int))dlsym(lib, "fake_cuda_fail_launch") : NULL;
     int (*set_current)(void *) = lib ? (int (*)(void *))dlsym(lib, "cuCtxSetCurrent") : NULL;
+    void (*gpus)(const char *const *, int, int, int) =
+        lib ? (void (*)(const char *const *, int, int, int))dlsym(lib, "fake_cuda_gpus") : NULL;
     if (!expect || !fake_alloc || !fake_stuck || !fake_faults || !cu_copy || !cu_push || !cu_pop ||
-        !cu_query || !fake_launches || !fake_fail_launch || !set_current) {
+        !cu_query || !fake_launches || !fake_fail_launch || !set_current || !gpus) {
         static char msg[512];
         snprintf(msg, sizeof(msg),
                  "cannot use the fake driver %s: %s (usage: test_cuda_stage "
@@ -77,6 +79,27 @@ static int dev_setup(int argc, char **argv, const char **why)
         return 0;
     }
     expect(stream);
+    /* The GPUs the ranks play (TEST_CUDA_GPUS): one shared by all (unset), one each ("separate"),
+     * one each but all numbered 0 in their own process ("rotated": CUDA_VISIBLE_DEVICES=r,r+1,..
+     * per rank, only bus ids tell them apart), one each without peer access ("nopeer"), or one
+     * each that no other rank sees ("isolated": CUDA_VISIBLE_DEVICES=r per rank). */
+    const char *mode = getenv("TEST_CUDA_GPUS");
+    static char ids[8][16];
+    const char *list[8];
+    for (int i = 0; i < 8; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "0000:%02x:00.0", i + 1);
+        list[i] = ids[i];
+    }
+    if (mode != NULL && (strcmp(mode, "separate") == 0 || strcmp(mode, "nopeer") == 0))
+        gpus(list, nranks < 8 ? nranks : 8, rank % 8, strcmp(mode, "separate") == 0);
+    else if (mode != NULL && strcmp(mode, "rotated") == 0) {
+        int n = nranks < 8 ? nranks : 8;
+        const char *rot[8];
+        for (int i = 0; i < n; i++)
+            rot[i] = ids[(rank + i) % n];
+        gpus(rot, n, 0, 1);
+    } else if (mode != NULL && strcmp(mode, "isolated") == 0)
+        gpus(&list[rank % 8], 1, 0, 1);
     /* As cudaSetDevice leaves it: the rank's device current, so init records it. */
     if (set_current((void *)(uintptr_t)0xc0de) != 0) {
         *why = "cuCtxSetCurrent failed";
@@ -453,6 +476,17 @@ static int check_returns_at_once(chorusComm_t comm, char *d_send, char *d_recv)
 }
 
 #ifdef TEST_FAKE_CUDA
+/* Whether device buffers should run GPU to GPU here. CHORUS_CUDA_P2P unset or -1: unless ranks
+ * share a GPU (by bus id, whatever the device numbers); 1: also then; 0: never. Never where a
+ * rank cannot open another's GPU memory (hidden from it, or without peer access). */
+static int gpu_to_gpu_expected(void)
+{
+    const char *p2p = getenv("CHORUS_CUDA_P2P"), *gmode = getenv("TEST_CUDA_GPUS");
+    int forced = p2p != NULL && strcmp(p2p, "1") == 0, off = p2p != NULL && strcmp(p2p, "0") == 0;
+    int own = gmode != NULL && (strcmp(gmode, "separate") == 0 || strcmp(gmode, "rotated") == 0);
+    return gmode == NULL ? forced : own && !off;
+}
+
 /* A stream that never drains. The blocking way (CHORUS_CUDA_ASYNC=0): the call ends in
  * chorusTimeout at the deadline. The asynchronous way: the call returns at once, and the
  * communicator's async error becomes chorusTimeout at the deadline (the worker never saw the
@@ -511,8 +545,7 @@ static int check_stuck_stream(char *d_buf)
  * goes on. The last use of comm. */
 static int check_launch_failure(chorusComm_t comm, char *d_send, char *d_recv)
 {
-    const char *p2p = getenv("CHORUS_CUDA_P2P");
-    if (p2p == NULL || strcmp(p2p, "1") != 0)
+    if (!gpu_to_gpu_expected())
         return 0;
     size_t count = 100000;
     if (rank == 0)
@@ -620,12 +653,11 @@ int main(int argc, char **argv)
     }
 #ifdef TEST_FAKE_CUDA
     /* The path taken: GPU to GPU launches reduction kernels; staging reduces on the host. */
-    /* Unset or -1: GPU to GPU unless ranks share a GPU, as every rank does the fake's one. */
-    const char *p2p = getenv("CHORUS_CUDA_P2P");
-    int want_kernels = p2p != NULL && strcmp(p2p, "1") == 0;
+    const char *p2p = getenv("CHORUS_CUDA_P2P"), *gmode = getenv("TEST_CUDA_GPUS");
+    int want_kernels = gpu_to_gpu_expected();
     if (fails == 0 && (fake_launches() > 0) != want_kernels) {
-        fprintf(stderr, "rank %d: FAIL: %d kernel launches, but CHORUS_CUDA_P2P=%s\n", rank,
-                fake_launches(), p2p ? p2p : "(unset)");
+        fprintf(stderr, "rank %d: FAIL: %d kernel launches, but CHORUS_CUDA_P2P=%s, GPUs %s\n",
+                rank, fake_launches(), p2p ? p2p : "(unset)", gmode ? gmode : "shared");
         fails++;
     } else if (fails == 0 && rank == 0) {
         printf("path: %s (%d kernel launches on rank 0)\n",

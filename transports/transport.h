@@ -33,6 +33,7 @@ typedef struct peer_info {
     uint64_t machine_hash; /* hostname + boot id even when CHORUS_HOSTID overrides hostid */
     char hostid[PEER_HOSTID_BYTES]; /* hostname + boot id, or CHORUS_HOSTID */
     int32_t cuda_dev; /* -1: host only */
+    char cuda_busid[16]; /* its PCI bus id: the same GPU whatever each process's numbering */
     int32_t numa_node; /* NUMA node the rank is bound inside; -1: several or unknown */
     int32_t ncores; /* physical cores of its host */
     int32_t ngpus; /* GPUs of its host */

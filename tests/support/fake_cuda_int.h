@@ -19,6 +19,7 @@
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_INVALID_DEVICE 101
 #define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_PEER_ACCESS_UNSUPPORTED 217
 #define CUDA_ERROR_INVALID_HANDLE 400
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_READY 600
@@ -47,6 +48,15 @@ extern pthread_mutex_t exec_lock;
 int region_of(uintptr_t p, size_t n, uint64_t *gen_p, int *kind_p);
 /* Device pages open for an operation, closed after it; the test side copies the same way. */
 void set_access(uintptr_t p, size_t n, int prot);
+
+/* ---- GPUs (fake_cuda_stage.c) ---- */
+
+#define BUSID_BYTES 16
+/* The PCI bus id of this process's current GPU. */
+const char *gpu_busid(void);
+/* 0 when this process can open memory of the GPU with that bus id, or the CUDA error: the GPU
+ * is not visible here, or it has no peer access from the current one. */
+int gpu_reach(const char *busid);
 
 /* ---- Stream operations (fake_cuda_stage.c) ----
  * Each operation names the memory it touches as spans, with the device region of each (found

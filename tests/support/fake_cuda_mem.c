@@ -33,6 +33,7 @@ typedef struct {
     int32_t fd;
     uint64_t nbytes;
     uint64_t id; /* the allocation's, also in the memfd's name: a reused fd number is caught */
+    char busid[BUSID_BYTES]; /* the GPU it is on: an importer must be able to reach it */
 } ipc_payload_t;
 _Static_assert(sizeof(ipc_payload_t) <= sizeof(cu_ipc_handle_t), "IPC payload fits the handle");
 
@@ -265,7 +266,8 @@ int cuIpcGetMemHandle(cu_ipc_handle_t *handle, uintptr_t dptr)
     region_t r;
     if (region_at(dptr, REGION_MEM, &r) < 0)
         return CUDA_ERROR_INVALID_VALUE;
-    ipc_payload_t pl = {IPC_MAGIC, r.owner, r.fd, r.nbytes, r.id};
+    ipc_payload_t pl = {IPC_MAGIC, r.owner, r.fd, r.nbytes, r.id, ""};
+    snprintf(pl.busid, sizeof(pl.busid), "%s", gpu_busid());
     memset(handle, 0, sizeof(*handle));
     memcpy(handle->reserved, &pl, sizeof(pl));
     return 0;
@@ -313,7 +315,10 @@ int cuIpcOpenMemHandle_v2(uintptr_t *dptr, cu_ipc_handle_t handle, unsigned flag
         return CUDA_ERROR_INVALID_VALUE;
     if (!has_ctx() || pl.pid == (int32_t)getpid())
         return CUDA_ERROR_INVALID_CONTEXT; /* the real driver refuses the process's own memory */
-    int res = 0, found = -1;
+    pl.busid[sizeof(pl.busid) - 1] = '\0';
+    int res = gpu_reach(pl.busid), found = -1;
+    if (res != 0)
+        return res;
     pthread_mutex_lock(&ipc_lock);
     pthread_mutex_lock(&region_lock);
     for (int i = 0; i < nregions && found < 0; i++)

@@ -24,6 +24,12 @@
  * before each "done" (the library's polling runs), or forever once fake_cuda_stream_stuck(1)
  * (the pump stops every stream; the library's deadlines run).
  *
+ * GPUs: one by default (bus id 0000:01:00.0); fake_cuda_gpus (test side) sets the bus ids this
+ * process sees, its current one and whether two distinct GPUs have peer access, so that ranks can
+ * play separate GPUs, GPUs hidden from each other (CUDA_VISIBLE_DEVICES per rank) or GPUs without
+ * peer access. An IPC handle carries its GPU's bus id, and opening it fails as the real driver's
+ * would where that GPU is not visible or not reachable by peer access.
+ *
  * Kernels: cuModuleLoadData accepts any image and cuModuleGetFunction knows the names of
  * kernels/cuda_module.h (chorus_map_<dtype>_<op>_<mode>); a launch copies its parameters and,
  * in stream order, computes with the host backend (kernels/host_reduce.c, built in with hidden
@@ -47,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -62,6 +69,7 @@
 void fake_cuda_expect_stream(void *stream);
 void fake_cuda_stream_stuck(int on);
 int fake_cuda_faults(void);
+void fake_cuda_gpus(const char *const *busids, int n, int current, int peer_access);
 /* The driver's entry points (their CUDA names and the ABI src/cuda_drv.c expects). */
 int cuCtxPushCurrent_v2(void *ctx);
 int cuCtxPopCurrent_v2(void **ctx);
@@ -78,7 +86,16 @@ int cuStreamWaitValue32_v2(void *stream, uintptr_t addr, uint32_t value, unsigne
 int cuGetErrorString(int err, const char **str);
 int cuDeviceGetCount(int *count);
 int cuDeviceGetAttribute(int *value, int attribute, int device);
+int cuDeviceGetPCIBusId(char *busid, int len, int device);
+int cuDeviceGetByPCIBusId(int *device, const char *busid);
+int cuDeviceCanAccessPeer(int *can, int device, int peer_device);
 #pragma GCC visibility pop
+
+/* The GPUs this process sees, by bus id in device-number order (as CUDA_VISIBLE_DEVICES leaves
+ * them), the current one, and whether two distinct GPUs have peer access: fake_cuda_gpus. */
+#define MAX_GPUS 8
+static char gpus[MAX_GPUS][BUSID_BYTES] = {"0000:01:00.0"};
+static int ngpus = 1, cur_gpu, peer_ok = 1;
 
 static void *expected_stream;
 static int stuck, faults;
@@ -156,7 +173,7 @@ int cuCtxGetDevice(int *device)
 {
     if (!has_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
-    *device = 0;
+    *device = cur_gpu;
     return 0;
 }
 
@@ -490,14 +507,68 @@ int cuGetErrorString(int err, const char **str)
 
 int cuDeviceGetCount(int *count)
 {
-    *count = 1;
+    *count = ngpus;
     return 0;
 }
 
 int cuDeviceGetAttribute(int *value, int attribute, int device)
 {
-    if (device != 0)
+    if (device < 0 || device >= ngpus)
         return CUDA_ERROR_INVALID_DEVICE;
     *value = attribute == 16 ? 4 : 0; /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 4 */
     return 0;
+}
+
+/* ---- GPUs: which this process sees, and peer access between them ---- */
+
+void fake_cuda_gpus(const char *const *busids, int n, int current, int peer_access)
+{
+    ngpus = n < 1 ? 1 : n > MAX_GPUS ? MAX_GPUS : n;
+    for (int i = 0; i < ngpus; i++)
+        snprintf(gpus[i], BUSID_BYTES, "%s", busids[i]);
+    cur_gpu = current >= 0 && current < ngpus ? current : 0;
+    peer_ok = peer_access;
+}
+
+const char *gpu_busid(void)
+{
+    return gpus[cur_gpu];
+}
+
+int cuDeviceGetPCIBusId(char *busid, int len, int device)
+{
+    if (device < 0 || device >= ngpus)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (len < 13)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(busid, (size_t)len, "%s", gpus[device]);
+    return 0;
+}
+
+int cuDeviceGetByPCIBusId(int *device, const char *busid)
+{
+    for (int i = 0; i < ngpus; i++)
+        if (strcasecmp(gpus[i], busid) == 0) {
+            *device = i;
+            return 0;
+        }
+    return CUDA_ERROR_INVALID_DEVICE;
+}
+
+int cuDeviceCanAccessPeer(int *can, int device, int peer_device)
+{
+    if (device < 0 || device >= ngpus || peer_device < 0 || peer_device >= ngpus)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *can = device != peer_device && peer_ok;
+    return 0;
+}
+
+int gpu_reach(const char *busid)
+{
+    int dev;
+    if (strcmp(busid, gpus[cur_gpu]) == 0)
+        return 0;
+    if (cuDeviceGetByPCIBusId(&dev, busid) != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    return peer_ok ? 0 : CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
 }
