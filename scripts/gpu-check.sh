@@ -4,12 +4,14 @@
 #
 # Builds with CUDA in build-gpu/ for the GPU it finds, runs the GPU tests (ctest label gpu: the
 # CUDA memops kernels against the host backend, memory-type detection with the real driver, every
-# collective on device buffers at 2 and 4 processes sharing the GPU GPU to GPU over cuda_p2p
-# (the default), a call returning while its stream is still busy, the same with
+# collective on device buffers at 2 and 4 processes sharing the GPU GPU to GPU over cuda_p2p,
+# compute kernels writing each input before the call and reading each result after it on the
+# caller's stream, a call returning while its stream is still busy, the same with
 # CHORUS_CUDA_ASYNC=0, and staged through host memory with CHORUS_CUDA_P2P=0) and the kernel
 # benchmark (cuda_memops_perf: reduce traffic rate against the device's copy rate), then
-# all_reduce_perf on device buffers (--device cuda) at 2 and 4 processes over cuda_p2p, and at 2
-# staged, and writes each log and summary.txt under $OUT (default: gpu-check-out/).
+# all_reduce_perf on device buffers (--device cuda) at 2 and 4 processes over cuda_p2p and
+# staged, and writes each log and summary.txt under $OUT (default: gpu-check-out/). About 3
+# minutes on the H200 when nothing hangs; each step is cut at 150 s.
 # GPU_CHECK_BUILD=<dir> uses a CUDA build tree made elsewhere instead (a GPU machine without
 # hwloc's headers: build here with -DCMAKE_CUDA_ARCHITECTURES=90, carry the tree, and set
 # LD_LIBRARY_PATH to where libhwloc.so.15 travels). Exit status: 0 when every test passed.
@@ -69,7 +71,7 @@ for t in test_cuda_memops test_cuda_device_ptr test_cuda_coll:2 test_cuda_coll:4
     # shellcheck disable=SC2046 # mode_env's words are mpirun options
     [ -n "$np" ] && cmd=(mpirun -np "$np" $(mode_env "$mode") "${cmd[@]}")
     t0=$SECONDS
-    timeout 300 "${cmd[@]}" >"$OUT/$name.log" 2>&1
+    timeout 150 "${cmd[@]}" >"$OUT/$name.log" 2>&1
     rc=$?
     case $rc in
     0) res=PASS ;;
@@ -94,23 +96,29 @@ else
     status=1
 fi
 
-# all_reduce_perf on device buffers at 2 and 4 processes sharing the GPU: GPU to GPU, and staged.
+# all_reduce_perf on device buffers at 2 and 4 processes sharing the GPU: GPU to GPU, and staged;
+# on a created stream (-y 0, as nccl-tests: the call returns at once) and, GPU to GPU at 2 ranks,
+# on the legacy stream (-y 1: the call waits there).
 t0=$SECONDS
 log=$OUT/all_reduce_perf_device.log
 : >"$log"
-for run in 2:p2p 4:p2p 2:staged; do
-    np=${run%:*} mode=${run#*:}
-    echo "# $np ranks, $mode: $(mode_env "$mode")" >>"$log"
+for run in 2:p2p:0 4:p2p:0 2:p2p:1 2:staged:0 4:staged:0; do
+    IFS=: read -r np mode y <<<"$run"
+    one=$OUT/all_reduce_perf_device_${np}_${mode}_y$y.log
     # shellcheck disable=SC2046
-    if timeout 300 mpirun -np "$np" $(mode_env "$mode") -x CHORUS_DEBUG=INFO \
+    timeout 150 mpirun -np "$np" $(mode_env "$mode") -x CHORUS_DEBUG=INFO \
         -x CHORUS_DEBUG_SUBSYS=INIT "$build/perftests/all_reduce_perf" \
-        --device cuda -b 8 -e 256M -f 8 -n 20 -w 5 >>"$log" 2>&1; then
-        say "all_reduce_perf --device cuda, $np ranks, $mode:" \
-            "$(grep 'Avg bus bandwidth' "$log" | tail -1)"
-        grep -E '^ +(8|262144|2097152|16777216|134217728|268435456) ' "$log" | tail -6 |
-            sed 's/^/    /' | tee -a "$summary"
+        --device cuda -b 8 -e 64M -f 8 -n 20 -w 5 -y "$y" >"$one" 2>&1
+    rc=$?
+    { echo "# $np ranks, $mode, -y $y: $(mode_env "$mode")"; cat "$one"; } >>"$log"
+    if [ $rc = 0 ]; then
+        say "all_reduce_perf --device cuda -y $y, $np ranks, $mode:" \
+            "$(grep 'Avg bus bandwidth' "$one" | tail -1)"
+        grep -E '^ +(8|262144|2097152|16777216|67108864) ' "$one" | sed 's/^/    /' |
+            tee -a "$summary"
     else
-        say "all_reduce_perf --device cuda, $np ranks, $mode: FAILED ($(tail -1 "$log"))"
+        say "all_reduce_perf --device cuda -y $y, $np ranks, $mode: FAILED (exit $rc:" \
+            "$(tail -1 "$one"))"
         status=1
     fi
 done
