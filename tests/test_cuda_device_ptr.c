@@ -5,8 +5,8 @@
  * naming the mix; host memory the driver knows (cudaMallocHost pinned, cudaMallocManaged) and
  * plain malloc'd memory in a process where CUDA is loaded work as host buffers, with exact
  * results. chorusCommCuDevice gives the device current at init, or chorusCommInitAll's device list
- * entry; a list naming a device that does not exist is refused. Without a CUDA device it prints
- * SKIP and exits 77.
+ * entry; a list naming a device that does not exist is refused. Last, a call on a created stream
+ * read back by a synchronous cudaMemcpy. Without a CUDA device it prints SKIP and exits 77.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -47,6 +47,35 @@ static int expect_device_works(chorusComm_t comm, float *dev)
         return 1;
     }
     printf("cudaMalloc memory: staged, exact\n");
+    return 0;
+}
+
+/* A call on a created (blocking) stream whose result is read by a synchronous cudaMemcpy into
+ * pageable memory, with no synchronization first: a training loop reading its loss. That copy
+ * runs on the legacy stream, which waits for the created one. The same read after calls on the
+ * legacy stream itself hung on the H200 with the device path's asynchronous way (the calls there
+ * now wait instead); this is its neighbour, last in the test so that a hang is seen as this. */
+static int expect_created_stream_read(chorusComm_t comm, float *dev)
+{
+    float in[8], out[8];
+    cudaStream_t s;
+    for (int i = 0; i < 8; i++)
+        in[i] = (float)(3 * i + 1);
+    printf("a call on a created stream, read by a synchronous cudaMemcpy: ...\n");
+    fflush(stdout);
+    if (cudaStreamCreate(&s) != cudaSuccess ||
+        cudaMemcpy(dev, in, sizeof(in), cudaMemcpyHostToDevice) != cudaSuccess)
+        return fprintf(stderr, "FAIL: created stream: setup\n"), 1;
+    chorusResult_t r = chorusAllReduce(dev, dev + 8, 8, chorusFloat32, chorusSum, comm, s);
+    cudaError_t e = cudaMemcpy(out, dev + 8, sizeof(out), cudaMemcpyDeviceToHost);
+    cudaStreamDestroy(s);
+    if (r != chorusSuccess || e != cudaSuccess || memcmp(in, out, sizeof(in)) != 0) {
+        fprintf(stderr, "FAIL: created stream: call %d (%s), copy %s, results %s\n", r,
+                chorusGetLastError(comm), cudaGetErrorString(e),
+                memcmp(in, out, sizeof(in)) ? "differ" : "exact");
+        return 1;
+    }
+    printf("a call on a created stream, read by a synchronous cudaMemcpy: exact\n");
     return 0;
 }
 
@@ -128,6 +157,7 @@ int main(void)
     fails += expect_works(comm, pinned, "cudaMallocHost memory");
     fails += expect_works(comm, managed, "cudaMallocManaged memory");
     fails += expect_works(comm, plain, "malloc'd memory");
+    fails += expect_created_stream_read(comm, dev);
     if (chorusCommDestroy(comm) != chorusSuccess) {
         fprintf(stderr, "FAIL: destroy\n");
         fails++;
