@@ -12,8 +12,9 @@
  *   - the memops backend is the CUDA one below: copies are cuMemcpyAsync, reductions and avg's
  *     division are the kernels of kernels/cuda_memops.cu, loaded from the embedded fatbin
  *     (cuda_module.h) and launched with cuLaunchKernel, all on the communicator's own
- *     non-blocking stream. Each memops call waits for that stream before it returns, so the
- *     primitive publishes a slot only once its bytes are in the peer's memory.
+ *     non-blocking stream. Each memops call waits for an event recorded behind its work before
+ *     it returns, so the primitive publishes a slot only once its bytes are in the peer's
+ *     memory.
  * No byte crosses PCIe. Every rank runs the same ring (one channel), so results are identical on
  * every rank and bitwise reproducible, and equal to the host backend's (same arithmetic).
  *
@@ -45,6 +46,7 @@
 typedef struct cuda_dev {
     cu_context_t ctx; /* of the first device call; later calls must use the same */
     cu_stream_t stream; /* non-blocking: never waits for the legacy default stream */
+    cu_event_t event; /* recorded after each memops call's work on stream */
     cu_module_t module;
     cu_function_t fns[chorusNumTypes][NKOPS][2];
     int sms;
@@ -71,14 +73,20 @@ static void dev_fail(cu_result_t r, const char *what)
     __atomic_store_n(&run->comm->abort_flag, 1, __ATOMIC_RELEASE);
 }
 
-/* Wait for the communicator's stream: spin on cuStreamQuery (a copy of a slot takes a few us),
- * yielding; the communicator's deadline and abort flag apply. */
+/* Wait for the work just queued on the communicator's stream: an event recorded behind it,
+ * polled with cuEventQuery (a copy of a slot takes a few us), yielding; the communicator's
+ * deadline and abort flag apply. */
 static void dev_sync(const char *what)
 {
     chorusComm_t comm = run->comm;
     int64_t deadline = fifo_now_ns() + comm->timeout_ms * 1000000;
+    cu_result_t r = cudrv.event_record(run->d->event, run->d->stream);
+    if (r != CU_SUCCESS) {
+        dev_fail(r, "cuEventRecord");
+        return;
+    }
     for (;;) {
-        cu_result_t r = cudrv.stream_query(run->d->stream);
+        r = cudrv.event_query(run->d->event);
         if (r == CU_SUCCESS)
             return;
         if (r != CU_ERROR_NOT_READY) {
@@ -271,8 +279,12 @@ static chorusResult_t dev_state(chorusComm_t comm, const char *fn, cu_context_t 
         r = cudrv.device_attr(&d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
     if (r == CU_SUCCESS && d->sms <= 0)
         d->sms = 16;
-    if (r == CU_SUCCESS)
-        r = cudrv.stream_create(&d->stream, CU_STREAM_NON_BLOCKING);
+    if (r == CU_SUCCESS &&
+        (r = cudrv.stream_create(&d->stream, CU_STREAM_NON_BLOCKING)) != CU_SUCCESS)
+        d->stream = NULL;
+    if (r == CU_SUCCESS &&
+        (r = cudrv.event_create(&d->event, CU_EVENT_DISABLE_TIMING)) != CU_SUCCESS)
+        d->event = NULL;
     if (r == CU_SUCCESS && (r = cudrv.module_load(&d->module, chorus_cuda_fatbin)) != CU_SUCCESS)
         d->module = NULL;
     char name[64] = "";
@@ -281,11 +293,14 @@ static chorusResult_t dev_state(chorusComm_t comm, const char *fn, cu_context_t 
     if (r != CU_SUCCESS) {
         if (d->module != NULL)
             cudrv.module_unload(d->module);
+        if (d->event != NULL)
+            cudrv.event_destroy(d->event);
         if (d->stream != NULL)
             cudrv.stream_destroy(d->stream);
         free(d);
         return ERR(chorusUnhandledCudaError, SUB_INIT,
-                   "%s (rank %d): setting up the device path (stream, kernels of %zu bytes%s%s): "
+                   "%s (rank %d): setting up the device path (stream, event, kernels of %zu "
+                   "bytes%s%s): "
                    "%s (CHORUS_CUDA_P2P=0 stages through host memory instead)",
                    fn, comm->rank, chorus_cuda_fatbin_nbytes, name[0] ? ", " : "", name,
                    cuda_drv_str(r));
@@ -377,8 +392,9 @@ void cuda_dev_free(chorusComm_t comm)
     int pushed = cudrv.ctx_push(d->ctx) == CU_SUCCESS;
     if (d->module != NULL && cudrv.module_unload(d->module) != CU_SUCCESS)
         WARN(SUB_INIT, "cuModuleUnload failed (was CUDA torn down first?)");
-    if (cudrv.stream_destroy(d->stream) != CU_SUCCESS)
-        WARN(SUB_INIT, "cuStreamDestroy failed (was CUDA torn down first?)");
+    if (cudrv.event_destroy(d->event) != CU_SUCCESS ||
+        cudrv.stream_destroy(d->stream) != CU_SUCCESS)
+        WARN(SUB_INIT, "cuEventDestroy/cuStreamDestroy failed (was CUDA torn down first?)");
     if (pushed)
         cuda_pop_ctx();
     free(d);

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -34,6 +35,10 @@ static void cu_resolve(void)
         {(void **)&cudrv.ctx_pop, "cuCtxPopCurrent_v2", 1},
         {(void **)&cudrv.memcpy_async, "cuMemcpyAsync", 1},
         {(void **)&cudrv.stream_query, "cuStreamQuery", 1},
+        {(void **)&cudrv.event_create, "cuEventCreate", 1},
+        {(void **)&cudrv.event_record, "cuEventRecord", 1},
+        {(void **)&cudrv.event_query, "cuEventQuery", 1},
+        {(void **)&cudrv.event_destroy, "cuEventDestroy_v2", 1},
         {(void **)&cudrv.host_alloc, "cuMemHostAlloc", 1},
         {(void **)&cudrv.host_free, "cuMemFreeHost", 1},
         {(void **)&cudrv.error_string, "cuGetErrorString", 1},
@@ -165,27 +170,26 @@ void cuda_pop_ctx(void)
     retained_dev = -1;
 }
 
-/* Wait until everything queued on stream has run, polling with the communicator's deadline. */
-chorusResult_t cuda_wait_stream(chorusComm_t comm, const char *fn, cu_stream_t stream)
+chorusResult_t cuda_wait_event(chorusComm_t comm, const char *fn, cu_event_t event,
+                               const char *what)
 {
     int64_t start = fifo_now_ns(), deadline = start + comm->timeout_ms * 1000000;
     for (;;) {
-        cu_result_t r = cudrv.stream_query(stream);
+        cu_result_t r = cudrv.event_query(event);
         if (r == CU_SUCCESS)
             return chorusSuccess;
         if (r != CU_ERROR_NOT_READY)
-            return ERR(chorusUnhandledCudaError, SUB_COLL, "%s (rank %d): CUDA stream %p: %s", fn,
-                       comm->rank, stream, cuda_drv_str(r));
+            return ERR(chorusUnhandledCudaError, SUB_COLL, "%s (rank %d): %s: %s", fn, comm->rank,
+                       what, cuda_drv_str(r));
         if (__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE))
-            return ERR(chorusInvalidUsage, SUB_COLL,
-                       "%s (rank %d): aborted while waiting for CUDA stream %p", fn, comm->rank,
-                       stream);
+            return ERR(chorusInvalidUsage, SUB_COLL, "%s (rank %d): aborted while waiting for %s",
+                       fn, comm->rank, what);
         int64_t now = fifo_now_ns();
         if (now >= deadline)
             return ERR(chorusTimeout, SUB_COLL,
-                       "%s (rank %d): CUDA stream %p still busy after %lld ms (the work queued "
-                       "before the call does not finish; timeout CHORUS_TIMEOUT_MS)",
-                       fn, comm->rank, stream, (long long)comm->timeout_ms);
+                       "%s (rank %d): %s still busy after %lld ms (the work queued before it does "
+                       "not finish; timeout CHORUS_TIMEOUT_MS)",
+                       fn, comm->rank, what, (long long)comm->timeout_ms);
         /* Yield for the first 200 us (a copy of a few bytes takes a few us; a sleep, with the
          * default 50 us timer slack, cost 230 us per 8-byte call on the H200 machine), then
          * sleep 100 us at a time: a long kernel ahead costs little CPU. */
@@ -196,4 +200,21 @@ chorusResult_t cuda_wait_stream(chorusComm_t comm, const char *fn, cu_stream_t s
             nanosleep(&ts, NULL);
         }
     }
+}
+
+chorusResult_t cuda_wait_stream(chorusComm_t comm, const char *fn, cu_stream_t stream)
+{
+    cu_event_t ev = NULL;
+    cu_result_t r = cudrv.event_create(&ev, CU_EVENT_DISABLE_TIMING);
+    if (r == CU_SUCCESS && (r = cudrv.event_record(ev, stream)) != CU_SUCCESS)
+        cudrv.event_destroy(ev);
+    if (r != CU_SUCCESS)
+        return ERR(chorusUnhandledCudaError, SUB_COLL,
+                   "%s (rank %d): an event on CUDA stream %p (cuEventCreate/cuEventRecord): %s", fn,
+                   comm->rank, stream, cuda_drv_str(r));
+    char what[64];
+    snprintf(what, sizeof(what), "CUDA stream %p", stream);
+    chorusResult_t res = cuda_wait_event(comm, fn, ev, what);
+    cudrv.event_destroy(ev); /* a pending event's resources are freed once it completes */
+    return res;
 }

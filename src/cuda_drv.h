@@ -15,6 +15,7 @@
 typedef int cu_result_t;
 typedef void *cu_context_t;
 typedef void *cu_stream_t;
+typedef void *cu_event_t;
 typedef void *cu_module_t;
 typedef void *cu_function_t;
 typedef unsigned long long cu_ptr_t;
@@ -30,6 +31,7 @@ typedef struct {
 #define CU_MEMHOSTALLOC_DEVICEMAP 2
 #define CU_STREAM_WAIT_VALUE_EQ 1
 #define CU_STREAM_NON_BLOCKING 1
+#define CU_EVENT_DISABLE_TIMING 2
 #define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 1
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 
@@ -39,6 +41,10 @@ typedef struct cuda_drv {
     cu_result_t (*ctx_pop)(cu_context_t *ctx);
     cu_result_t (*memcpy_async)(cu_ptr_t dst, cu_ptr_t src, size_t nbytes, cu_stream_t stream);
     cu_result_t (*stream_query)(cu_stream_t stream);
+    cu_result_t (*event_create)(cu_event_t *event, unsigned flags);
+    cu_result_t (*event_record)(cu_event_t event, cu_stream_t stream);
+    cu_result_t (*event_query)(cu_event_t event);
+    cu_result_t (*event_destroy)(cu_event_t event);
     cu_result_t (*host_alloc)(void **p, size_t nbytes, unsigned flags);
     cu_result_t (*host_free)(void *p);
     cu_result_t (*error_string)(cu_result_t err, const char **str);
@@ -89,8 +95,11 @@ const char *cuda_drv_str(cu_result_t r);
  * the error. One at a time per thread: every push is popped before the next. */
 chorusResult_t cuda_push_ctx(const char *fn, int rank, const void *p, cu_context_t *ctx_p);
 void cuda_pop_ctx(void);
-/* Wait until everything queued on stream has run, polling with the communicator's deadline and
- * abort flag. */
+/* Wait until the work queued on stream so far has run: an event recorded there now, polled with
+ * the communicator's deadline and abort flag (the context current). */
 chorusResult_t cuda_wait_stream(chorusComm_t comm, const char *fn, cu_stream_t stream);
+/* Wait until event has completed, polling the same way; what names the wait in an error. */
+chorusResult_t cuda_wait_event(chorusComm_t comm, const char *fn, cu_event_t event,
+                               const char *what);
 
 #endif /* CHORUS_CUDA_DRV_H */

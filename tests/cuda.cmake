@@ -29,7 +29,7 @@ endif()
 # faults on direct access (tests/support/fake_cuda_stage.c).
 # Its kernels are the host backend's code, built in with hidden symbols (bit-identical results).
 add_library(fake_cuda_stage SHARED support/fake_cuda_stage.c support/fake_cuda_mem.c
-  support/fake_cuda_kernels.c
+  support/fake_cuda_kernels.c support/fake_cuda_dev.c
   ${PROJECT_SOURCE_DIR}/kernels/host_reduce.c ${PROJECT_SOURCE_DIR}/kernels/host_memops.c)
 target_include_directories(fake_cuda_stage PRIVATE
   ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/kernels)

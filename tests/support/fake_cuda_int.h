@@ -1,9 +1,9 @@
 /*
  * fake_cuda_int.h: what the files of the stand-in CUDA driver share (fake_cuda_stage.c:
- * contexts, streams, the pump and faults; fake_cuda_mem.c: the region table and memory;
- * fake_cuda_kernels.c: modules and launches). Everything here is internal: the library is built
- * with hidden visibility, and only the cu* and fake_cuda_* entry points, declared in each file
- * under `#pragma GCC visibility push(default)`, are exported.
+ * contexts, streams, events, the pump and faults; fake_cuda_mem.c: the region table and memory;
+ * fake_cuda_kernels.c: modules and launches; fake_cuda_dev.c: the GPUs). Everything here is
+ * internal: the library is built with hidden visibility, and only the cu* and fake_cuda_* entry
+ * points, declared in each file under `#pragma GCC visibility push(default)`, are exported.
  */
 #ifndef FAKE_CUDA_INT_H
 #define FAKE_CUDA_INT_H
@@ -49,9 +49,11 @@ int region_of(uintptr_t p, size_t n, uint64_t *gen_p, int *kind_p);
 /* Device pages open for an operation, closed after it; the test side copies the same way. */
 void set_access(uintptr_t p, size_t n, int prot);
 
-/* ---- GPUs (fake_cuda_stage.c) ---- */
+/* ---- GPUs (fake_cuda_dev.c) ---- */
 
 #define BUSID_BYTES 16
+/* The device number of this process's current GPU. */
+int gpu_current(void);
 /* The PCI bus id of this process's current GPU. */
 const char *gpu_busid(void);
 /* 0 when this process can open memory of the GPU with that bus id, or the CUDA error: the GPU
@@ -62,7 +64,7 @@ int gpu_reach(const char *busid);
  * Each operation names the memory it touches as spans, with the device region of each (found
  * when queued; checked again when run). */
 
-enum { OP_COPY, OP_WRITE32, OP_WAIT32, OP_KERNEL };
+enum { OP_COPY, OP_WRITE32, OP_WAIT32, OP_KERNEL, OP_EVENT };
 typedef struct {
     uintptr_t p;
     size_t nbytes;
@@ -73,7 +75,8 @@ typedef struct {
 typedef struct {
     int kind;
     span_t span[3]; /* copy: dst, src; write32/wait32: the flag; kernel: dst, a, b */
-    uint32_t value;
+    uint32_t value; /* write32/wait32: the flag's; event: the record's number */
+    uint32_t *event; /* event: where the completed record's number goes */
     unsigned flags;
     int dtype, redop; /* kernel: chorusDataType_t, chorusRedOp_t or OP_DIV */
     size_t count;

@@ -2,9 +2,10 @@
  * fake_cuda_stage.c: a stand-in CUDA driver (soname libcuda.so.1) with every entry point the
  * library's device-buffer paths use (src/cuda_drv.c: staging, the device path, cuda_p2p), so
  * that a machine without a GPU runs them, across mpirun ranks on one machine too. This file holds
- * the contexts, the streams and the pump thread that plays the GPU, the fault counter and the
- * device facts; fake_cuda_mem.c the memory (device, pinned host, IPC), fake_cuda_kernels.c the
- * modules and kernel launches, fake_cuda_int.h what they share.
+ * the contexts, the streams, the events and the pump thread that plays the GPU, and the fault
+ * counter; fake_cuda_mem.c the memory (device, pinned host, IPC), fake_cuda_kernels.c the modules
+ * and kernel launches, fake_cuda_dev.c the GPUs and device facts, fake_cuda_int.h what they
+ * share.
  *
  * Device memory faults on any direct access: fake_cuda_alloc (test side) and cuMemAlloc_v2 hand
  * out pages kept PROT_NONE except while the pump runs an operation on them. cuMemAlloc_v2 memory
@@ -16,7 +17,8 @@
  *
  * Streams: the test's declared one (fake_cuda_expect_stream) and up to 63 from cuStreamCreate,
  * each with its own queue of copies (cuMemcpyAsync, between memory of any kind), 32-bit memory
- * operations (cuStreamWriteValue32_v2, cuStreamWaitValue32_v2) and kernel launches. A pump
+ * operations (cuStreamWriteValue32_v2, cuStreamWaitValue32_v2), event records (cuEventRecord;
+ * cuEventQuery says whether the last record has run) and kernel launches. A pump
  * thread, playing the GPU, runs each queue in order and the queues independently (a wait holds
  * only its own stream). An entry on the declared stream runs no sooner than 1 ms after it was
  * queued (20 us on created streams), so reading a copy's destination before waiting for the
@@ -53,7 +55,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -69,7 +70,6 @@
 void fake_cuda_expect_stream(void *stream);
 void fake_cuda_stream_stuck(int on);
 int fake_cuda_faults(void);
-void fake_cuda_gpus(const char *const *busids, int n, int current, int peer_access);
 /* The driver's entry points (their CUDA names and the ABI src/cuda_drv.c expects). */
 int cuCtxPushCurrent_v2(void *ctx);
 int cuCtxPopCurrent_v2(void **ctx);
@@ -83,19 +83,11 @@ int cuStreamDestroy_v2(void *stream);
 int cuStreamQuery(void *stream);
 int cuStreamWriteValue32_v2(void *stream, uintptr_t addr, uint32_t value, unsigned flags);
 int cuStreamWaitValue32_v2(void *stream, uintptr_t addr, uint32_t value, unsigned flags);
-int cuGetErrorString(int err, const char **str);
-int cuDeviceGetCount(int *count);
-int cuDeviceGetAttribute(int *value, int attribute, int device);
-int cuDeviceGetPCIBusId(char *busid, int len, int device);
-int cuDeviceGetByPCIBusId(int *device, const char *busid);
-int cuDeviceCanAccessPeer(int *can, int device, int peer_device);
+int cuEventCreate(void **event, unsigned flags);
+int cuEventRecord(void *event, void *stream);
+int cuEventQuery(void *event);
+int cuEventDestroy_v2(void *event);
 #pragma GCC visibility pop
-
-/* The GPUs this process sees, by bus id in device-number order (as CUDA_VISIBLE_DEVICES leaves
- * them), the current one, and whether two distinct GPUs have peer access: fake_cuda_gpus. */
-#define MAX_GPUS 8
-static char gpus[MAX_GPUS][BUSID_BYTES] = {"0000:01:00.0"};
-static int ngpus = 1, cur_gpu, peer_ok = 1;
 
 static void *expected_stream;
 static int stuck, faults;
@@ -173,7 +165,7 @@ int cuCtxGetDevice(int *device)
 {
     if (!has_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
-    *device = cur_gpu;
+    *device = gpu_current();
     return 0;
 }
 
@@ -302,6 +294,9 @@ static int run_op(const op_t *op)
     case OP_WAIT32:
         done = wait_holds(__atomic_load_n(flag, __ATOMIC_ACQUIRE), op->value, op->flags);
         break;
+    case OP_EVENT:
+        __atomic_store_n(op->event, op->value, __ATOMIC_RELEASE);
+        break;
     default: /* OP_KERNEL */
         if (op->count == 0)
             break;
@@ -425,6 +420,74 @@ int cuStreamWaitValue32_v2(void *stream, uintptr_t addr, uint32_t value, unsigne
     return queue_op(&op, stream);
 }
 
+/* Events: a record is an operation on its stream that, when the stream reaches it, sets the
+ * event's completed number to the record's. */
+#define MAX_EVENTS 256
+typedef struct {
+    int live;
+    uint32_t recorded, completed;
+} event_t;
+static event_t events[MAX_EVENTS];
+
+static event_t *event_of(void *event)
+{
+    event_t *e = event;
+    return e >= events && e < events + MAX_EVENTS && e->live ? e : NULL;
+}
+
+int cuEventCreate(void **event, unsigned flags)
+{
+    (void)flags;
+    if (!has_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    int res = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock); /* a destroyed event's slot is reused once its record ran */
+    for (int i = 0; i < MAX_EVENTS && res != 0; i++)
+        if (!events[i].live &&
+            __atomic_load_n(&events[i].completed, __ATOMIC_ACQUIRE) == events[i].recorded) {
+            events[i] = (event_t){1, 0, 0};
+            *event = &events[i];
+            res = 0;
+        }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+int cuEventRecord(void *event, void *stream)
+{
+    pthread_mutex_lock(&lock);
+    event_t *e = event_of(event);
+    uint32_t n = e != NULL ? ++e->recorded : 0;
+    pthread_mutex_unlock(&lock);
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    op_t op = {.kind = OP_EVENT, .value = n, .event = &e->completed};
+    return queue_op(&op, stream);
+}
+
+int cuEventQuery(void *event)
+{
+    pthread_mutex_lock(&lock);
+    event_t *e = event_of(event);
+    int done = e != NULL && __atomic_load_n(&e->completed, __ATOMIC_ACQUIRE) == e->recorded;
+    pthread_mutex_unlock(&lock);
+    if (e == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return done && !__atomic_load_n(&stuck, __ATOMIC_RELAXED) ? 0 : CUDA_ERROR_NOT_READY;
+}
+
+/* As the real driver: a pending record still completes, into the slot, which cuEventCreate
+ * does not hand out again until then. */
+int cuEventDestroy_v2(void *event)
+{
+    pthread_mutex_lock(&lock);
+    event_t *e = event_of(event);
+    if (e != NULL)
+        e->live = 0;
+    pthread_mutex_unlock(&lock);
+    return e == NULL ? CUDA_ERROR_INVALID_HANDLE : 0;
+}
+
 int cuStreamCreate(void **stream, unsigned flags)
 {
     no_parked_stream("cuStreamCreate");
@@ -495,80 +558,4 @@ int cuCtxSynchronize(void)
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
     }
-}
-
-/* ---- Device facts and errors ---- */
-
-int cuGetErrorString(int err, const char **str)
-{
-    *str = err == CUDA_ERROR_NOT_READY ? "fake: not ready" : "fake: error";
-    return 0;
-}
-
-int cuDeviceGetCount(int *count)
-{
-    *count = ngpus;
-    return 0;
-}
-
-int cuDeviceGetAttribute(int *value, int attribute, int device)
-{
-    if (device < 0 || device >= ngpus)
-        return CUDA_ERROR_INVALID_DEVICE;
-    *value = attribute == 16 ? 4 : 0; /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 4 */
-    return 0;
-}
-
-/* ---- GPUs: which this process sees, and peer access between them ---- */
-
-void fake_cuda_gpus(const char *const *busids, int n, int current, int peer_access)
-{
-    ngpus = n < 1 ? 1 : n > MAX_GPUS ? MAX_GPUS : n;
-    for (int i = 0; i < ngpus; i++)
-        snprintf(gpus[i], BUSID_BYTES, "%s", busids[i]);
-    cur_gpu = current >= 0 && current < ngpus ? current : 0;
-    peer_ok = peer_access;
-}
-
-const char *gpu_busid(void)
-{
-    return gpus[cur_gpu];
-}
-
-int cuDeviceGetPCIBusId(char *busid, int len, int device)
-{
-    if (device < 0 || device >= ngpus)
-        return CUDA_ERROR_INVALID_DEVICE;
-    if (len < 13)
-        return CUDA_ERROR_INVALID_VALUE;
-    snprintf(busid, (size_t)len, "%s", gpus[device]);
-    return 0;
-}
-
-int cuDeviceGetByPCIBusId(int *device, const char *busid)
-{
-    for (int i = 0; i < ngpus; i++)
-        if (strcasecmp(gpus[i], busid) == 0) {
-            *device = i;
-            return 0;
-        }
-    return CUDA_ERROR_INVALID_DEVICE;
-}
-
-int cuDeviceCanAccessPeer(int *can, int device, int peer_device)
-{
-    if (device < 0 || device >= ngpus || peer_device < 0 || peer_device >= ngpus)
-        return CUDA_ERROR_INVALID_DEVICE;
-    *can = device != peer_device && peer_ok;
-    return 0;
-}
-
-int gpu_reach(const char *busid)
-{
-    int dev;
-    if (strcmp(busid, gpus[cur_gpu]) == 0)
-        return 0;
-    if (cuDeviceGetByPCIBusId(&dev, busid) != 0)
-        return CUDA_ERROR_INVALID_DEVICE;
-    return peer_ok ? 0 : CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
 }
