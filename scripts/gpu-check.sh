@@ -52,6 +52,9 @@ export LD_LIBRARY_PATH="$build:${LD_LIBRARY_PATH:-}"
 
 # mpirun as root (the GPU machine runs commands as root), more ranks than GPUs.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# A wait that never ends becomes chorusTimeout, with its message in the log, well before a step's
+# 150 s cut: it tells a stall Chorus can see (a stream that does not move) from a true hang.
+export CHORUS_TIMEOUT_MS=${CHORUS_TIMEOUT_MS:-30000}
 
 status=0
 # Modes: blocking = CHORUS_CUDA_ASYNC=0 (the caller waits for its stream); staged =
