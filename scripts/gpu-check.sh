@@ -7,7 +7,8 @@
 # collective on device buffers at 2 and 4 processes sharing the GPU GPU to GPU over cuda_p2p,
 # compute kernels writing each input before the call and reading each result after it on the
 # caller's stream, a call returning while its stream is still busy, the same with
-# CHORUS_CUDA_ASYNC=0, and staged through host memory with CHORUS_CUDA_P2P=0) and the kernel
+# CHORUS_CUDA_ASYNC=0, and staged through host memory with CHORUS_CUDA_P2P=0; the correctness
+# matrix, every dtype x op x collective, on device buffers GPU to GPU and staged) and the kernel
 # benchmark (cuda_memops_perf: reduce traffic rate against the device's copy rate), then
 # all_reduce_perf on device buffers (--device cuda) at 2 and 4 processes over cuda_p2p and
 # staged, and writes each log and summary.txt under $OUT (default: gpu-check-out/). About 3
@@ -67,7 +68,8 @@ mode_env() {
     esac
 }
 for t in test_cuda_memops test_cuda_device_ptr test_cuda_coll:2 test_cuda_coll:4 \
-    test_cuda_coll:2:blocking test_cuda_coll:2:staged test_cuda_coll:4:staged; do
+    test_cuda_coll:2:blocking test_cuda_coll:2:staged test_cuda_coll:4:staged \
+    coll_matrix_cuda:2 coll_matrix_cuda:4 coll_matrix_cuda:2:staged; do
     IFS=: read -r prog np mode <<<"$t"
     name=${t//:/_}
     cmd=("$build/tests/$prog")

@@ -61,7 +61,8 @@ static chorusResult_t check_buffer(const char *fn, const char *name, const void 
 }
 
 /* Validate op completely; on success it may run. */
-/* on_device_p: set to 1 when the buffers are CUDA device memory. */
+/* on_device_p: set to 1 when the buffers are CUDA device memory, -1 when the call moves no bytes
+ * here and names a stream that is not a host one (a cudaStream_t), else 0. */
 static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
 {
     const coll_args_t *a = &op->args;
@@ -153,12 +154,16 @@ static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
                    "%s (rank %d): device buffers take a cudaStream_t (or NULL), not a host stream "
                    "made by chorusStreamCreate",
                    fn, rank);
-    if (dev == 0 && op->stream != NULL && !stream_is_host(op->stream))
+    if (dev == 0 && host > 0 && op->stream != NULL && !stream_is_host(op->stream))
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): stream is neither NULL nor a host stream made by "
                    "chorusStreamCreate (a cudaStream_t goes with device buffers)",
                    fn, rank);
-    *on_device_p = dev > 0;
+    /* No bytes on this rank (count 0) with a stream that is not a host one: a cudaStream_t of an
+     * empty call (an empty gradient bucket). Nothing is ordered with it: -1, run without it. */
+    *on_device_p = dev > 0                                                          ? 1
+                   : host == 0 && op->stream != NULL && !stream_is_host(op->stream) ? -1
+                                                                                    : 0;
     return chorusSuccess;
 }
 
@@ -544,7 +549,9 @@ static chorusResult_t issue(comm_op_t *op)
     CHECK(comm_op_started(op->comm, coll_name(op->args.kind)));
     int on_device = 0;
     chorusResult_t res = check_op(op, &on_device);
-    if (res == chorusSuccess && on_device) {
+    if (res == chorusSuccess && on_device < 0)
+        op->stream = NULL; /* nothing to move: run as a host call, in the caller's thread */
+    if (res == chorusSuccess && on_device > 0) {
         /* Staged through host memory in the caller's thread, in order on the CUDA stream. */
         op->on_device = 1;
         op->cuda_stream = op->stream;

@@ -14,6 +14,11 @@
  * them in network namespaces). --counts a,b,c picks the counts; the environment (CHORUS_BUFFSIZE,
  * CHORUS_NCHANNELS, CHORUS_ALGO, CHORUS_HOSTID) sets slice size, channels, algorithm and host
  * layout, so small buffers can cross many slices and ranks can sit on several (simulated) hosts.
+ *
+ * Built with WITH_DEVBUF (and WITH_MPI), the buffers the calls see are CUDA device memory
+ * (support/devbuf.h: a real GPU, or the fake driver given by --driver PATH) and the calls go on a
+ * CUDA stream; the test writes and checks host shadows, copied in before each call and out after
+ * it, so every check above holds for device buffers too.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -25,6 +30,9 @@
 #include "comm.h" /* --memalloc: pieces read in place (comm->zc_reads) */
 #ifdef WITH_MPI
 #include "chorus_mpi.h"
+#endif
+#ifdef WITH_DEVBUF
+#include "support/devbuf.h"
 #endif
 
 #define NT 10
@@ -188,7 +196,44 @@ typedef struct ctx {
     long failures;
     long checks;
     long zc_reads; /* pieces of peers' buffers this rank read in place */
+    /* WITH_DEVBUF: the device buffers behind the host shadows send and recv, their size, the
+     * stream, and the result of the call in flight (CALL) */
+    char *send, *recv, *dsend, *drecv;
+    size_t cap;
+    void *stream;
+    chorusResult_t res;
 } ctx_t;
+
+/* The buffer the library sees for a pointer into a host shadow: the same place in the device
+ * buffer behind it (WITH_DEVBUF), else the pointer. */
+static void *D(const ctx_t *c, void *p)
+{
+    char *q = p;
+    if (c->dsend != NULL && q >= c->send && q < c->send + c->cap)
+        return c->dsend + (q - c->send);
+    if (c->drecv != NULL && q >= c->recv && q < c->recv + c->cap)
+        return c->drecv + (q - c->recv);
+    return p;
+}
+
+#ifdef WITH_DEVBUF
+static void FAIL_dev(ctx_t *c, const char *what);
+/* Shadows into the device buffers before a call, and back after it. */
+static void dev_in(ctx_t *c)
+{
+    if (!devbuf_put(c->dsend, c->send, c->cap) || !devbuf_put(c->drecv, c->recv, c->cap))
+        FAIL_dev(c, "copying the inputs in");
+}
+
+static void dev_out(ctx_t *c)
+{
+    if (!devbuf_get(c->send, c->dsend, c->cap) || !devbuf_get(c->recv, c->drecv, c->cap))
+        FAIL_dev(c, "copying the results out");
+}
+#define CALL(c, call) (dev_in(c), (c)->res = (call), dev_out(c), (c)->res)
+#else
+#define CALL(c, call) (call)
+#endif
 
 /* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
 static int memalloc_mode;
@@ -217,6 +262,13 @@ static void free_buf(int rank, void *p)
             fprintf(stderr, "\n");                                                                 \
         }                                                                                          \
     } while (0)
+
+#ifdef WITH_DEVBUF
+static void FAIL_dev(ctx_t *c, const char *what)
+{
+    FAIL(c, "%s (device buffers) failed", what);
+}
+#endif
 
 static int call_ok(ctx_t *c, chorusResult_t res, const char *what)
 {
@@ -247,6 +299,15 @@ static void run_matrix(ctx_t *c)
     size_t cap = (maxcount * (size_t)n + 64) * 8;
     char *send = alloc_buf(r, cap), *recv = alloc_buf(r, cap), *orig = malloc(cap);
     char label[200];
+    c->send = send, c->recv = recv, c->cap = cap;
+#ifdef WITH_DEVBUF
+    c->dsend = devbuf_alloc(cap), c->drecv = devbuf_alloc(cap), c->stream = devbuf_stream();
+    if (c->dsend == NULL || c->drecv == NULL) {
+        FAIL(c, "allocating 2 x %zu bytes of device memory failed", cap);
+        return;
+    }
+#endif
+    void *stream = c->stream;
     if (send == NULL || recv == NULL || orig == NULL) {
         FAIL(c, "allocating 3 x %zu bytes failed", cap);
         return;
@@ -267,7 +328,9 @@ static void run_matrix(ctx_t *c)
                     memcpy(orig, send, count * es);
                     snprintf(label, sizeof(label), "AllReduce %s %s count %zu %s", type_names[t],
                              op_names[op], count, place);
-                    if (call_ok(c, chorusAllReduce(send, out, count, t, op, c->comm, NULL),
+                    if (call_ok(c,
+                                CALL(c, chorusAllReduce(D(c, send), D(c, out), count, t, op,
+                                                        c->comm, stream)),
                                 label)) {
                         VERIFY(c, t, out, count, expected_reduce(op, k, n), label);
                         if (!inplace && memcmp(send, orig, count * es) != 0)
@@ -281,7 +344,9 @@ static void run_matrix(ctx_t *c)
                     char *rs_out = inplace ? send + (size_t)r * count * es : recv;
                     snprintf(label, sizeof(label), "ReduceScatter %s %s count %zu %s",
                              type_names[t], op_names[op], count, place);
-                    if (call_ok(c, chorusReduceScatter(send, rs_out, count, t, op, c->comm, NULL),
+                    if (call_ok(c,
+                                CALL(c, chorusReduceScatter(D(c, send), D(c, rs_out), count, t, op,
+                                                            c->comm, stream)),
                                 label))
                         VERIFY(c, t, rs_out, count, expected_reduce(op, (size_t)r * count + k, n),
                                label);
@@ -298,7 +363,9 @@ static void run_matrix(ctx_t *c)
                         memcpy(orig, out, count * es);
                         snprintf(label, sizeof(label), "Reduce root %d %s %s count %zu %s", root,
                                  type_names[t], op_names[op], count, place);
-                        if (!call_ok(c, chorusReduce(send, out, count, t, op, root, c->comm, NULL),
+                        if (!call_ok(c,
+                                     CALL(c, chorusReduce(D(c, send), D(c, out), count, t, op, root,
+                                                          c->comm, stream)),
                                      label))
                             continue;
                         if (r == root)
@@ -317,7 +384,10 @@ static void run_matrix(ctx_t *c)
                     store(t, ag_in, k, input(-1, r, k, n));
                 snprintf(label, sizeof(label), "AllGather %s count %zu %s", type_names[t], count,
                          place);
-                if (call_ok(c, chorusAllGather(ag_in, recv, count, t, c->comm, NULL), label))
+                if (call_ok(c,
+                            CALL(c, chorusAllGather(D(c, ag_in), D(c, recv), count, t, c->comm,
+                                                    stream)),
+                            label))
                     VERIFY(c, t, recv, count * n, input(-1, (int)(k / count), k % count, n), label);
                 /* Broadcast from roots 0, n-1, n/2. */
                 int roots[3] = {0, n - 1, n / 2};
@@ -330,7 +400,9 @@ static void run_matrix(ctx_t *c)
                         store(t, send, k, r == root ? input(-1, r, k, n) : -1);
                     snprintf(label, sizeof(label), "Broadcast root %d %s count %zu %s", root,
                              type_names[t], count, place);
-                    if (call_ok(c, chorusBroadcast(send, out, count, t, root, c->comm, NULL),
+                    if (call_ok(c,
+                                CALL(c, chorusBroadcast(D(c, send), D(c, out), count, t, root,
+                                                        c->comm, stream)),
                                 label))
                         VERIFY(c, t, out, count, input(-1, root, k, n), label);
                 }
@@ -340,7 +412,10 @@ static void run_matrix(ctx_t *c)
                 char *out = inplace ? send : recv;
                 snprintf(label, sizeof(label), "AlltoAll %s count %zu %s", type_names[t], count,
                          place);
-                if (call_ok(c, chorusAlltoAll(send, out, count, t, c->comm, NULL), label))
+                if (call_ok(
+                        c,
+                        CALL(c, chorusAlltoAll(D(c, send), D(c, out), count, t, c->comm, stream)),
+                        label))
                     VERIFY(c, t, out, count * n,
                            input(-1, (int)(k / count), (size_t)r * count + k % count, n), label);
             }
@@ -349,6 +424,12 @@ static void run_matrix(ctx_t *c)
     free_buf(r, send);
     free_buf(r, recv);
     free(orig);
+#ifdef WITH_DEVBUF
+    devbuf_free(c->dsend);
+    devbuf_free(c->drecv);
+    if (devbuf_faults() != 0)
+        FAIL(c, "the fake driver counted %d faults (see its messages above)", devbuf_faults());
+#endif
     c->zc_reads = (long)c->comm->zc_reads;
 }
 
@@ -379,7 +460,7 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, int *me_p)
         return 1;
     }
     nranks_g = n;
-    ctx_t c = {me, n, comm, 0, 0, 0};
+    ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
     int64_t sums[3] = {c.failures, c.checks, c.zc_reads};
     if (call_ok(&c, chorusAllReduce(sums, sums, 3, chorusInt64, chorusSum, comm, NULL),
@@ -396,6 +477,12 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, int *me_p)
     return 0;
 }
 
+#ifdef WITH_DEVBUF
+#define PROCESSES "processes, CUDA device buffers"
+#else
+#define PROCESSES "processes"
+#endif
+
 static void parse_counts(const char *text)
 {
     ncounts = 0;
@@ -408,8 +495,11 @@ static void parse_counts(const char *text)
 int main(int argc, char **argv)
 {
     int threads = 0, env = 0;
+    const char *driver = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+        if (strcmp(argv[i], "--driver") == 0 && i + 1 < argc)
+            driver = argv[++i];
+        else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--env") == 0)
             env = 1;
@@ -423,12 +513,13 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
-                    "          [--memalloc all|even]\n"
+                    "          [--memalloc all|even] [--driver PATH]\n"
                     "  --threads N  N ranks as threads of this process\n"
                     "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                     "               unless a rank read a peer's buffer in place (zero-copy)\n"
                     "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
-                    "  (neither)    one rank per process under mpirun (WITH_MPI build)\n",
+                    "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
+                    "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
                     argv[0]);
             return 2;
         }
@@ -437,6 +528,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "--threads and --env exclude each other\n");
         return 2;
     }
+#ifndef WITH_DEVBUF
+    (void)driver;
+#else
+    if (threads > 0 || env || memalloc_mode) {
+        fprintf(stderr, "device buffers: one rank per process under mpirun, without --memalloc\n");
+        return 2;
+    }
+#endif
     long failures = 0, checks = 0, zc_reads = 0;
     int me = 0;
     if (threads > 0) {
@@ -451,7 +550,7 @@ int main(int argc, char **argv)
         ctx_t *ctx = calloc(threads, sizeof(ctx_t));
         pthread_t *tid = calloc(threads, sizeof(pthread_t));
         for (int i = 0; i < threads; i++) {
-            ctx[i] = (ctx_t){i, threads, comms_g[i], 0, 0, 0};
+            ctx[i] = (ctx_t){.rank = i, .n = threads, .comm = comms_g[i]};
             pthread_create(&tid[i], NULL, thread_main, &ctx[i]);
         }
         for (int i = 0; i < threads; i++) {
@@ -472,6 +571,15 @@ int main(int argc, char **argv)
         MPI_Init(&argc, &argv);
         MPI_Comm_rank(MPI_COMM_WORLD, &me);
         MPI_Comm_size(MPI_COMM_WORLD, &nranks_g);
+#ifdef WITH_DEVBUF
+        const char *why = "";
+        if (devbuf_setup(me, driver, &why) == 0) { /* before init: it records the device */
+            if (me == 0)
+                printf("%s: %s\n", driver != NULL ? "FAIL" : "SKIP", why);
+            MPI_Finalize();
+            return driver != NULL ? 1 : 77;
+        }
+#endif
         chorusComm_t comm;
         chorusResult_t res = chorusCommInitMPI(&comm, MPI_COMM_WORLD);
         if (res != chorusSuccess) {
@@ -479,7 +587,7 @@ int main(int argc, char **argv)
                     chorusGetLastError(NULL));
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        ctx_t c = {me, nranks_g, comm, 0, 0, 0};
+        ctx_t c = {.rank = me, .n = nranks_g, .comm = comm};
         run_matrix(&c);
         chorusCommDestroy(comm);
         MPI_Allreduce(&c.failures, &failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -501,7 +609,7 @@ int main(int argc, char **argv)
         printf("%s: %d ranks (%s), counts", failures ? "FAIL" : "PASS", nranks_g,
                threads ? "threads"
                : env   ? "processes, env init"
-                       : "processes");
+                       : PROCESSES);
         for (int i = 0; i < ncounts; i++)
             printf(" %zu", counts[i]);
         printf(": %ld checks, %ld failures", checks, failures);

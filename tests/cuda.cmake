@@ -64,3 +64,30 @@ if(MPI_C_FOUND)
               $<TARGET_FILE:test_cuda_stage> $<TARGET_FILE_DIR:fake_cuda_stage>/libcuda.so.1)
   endforeach()
 endif()
+
+# The collectives' correctness matrix (coll_matrix.c) on device buffers, on a GPU (label gpu,
+# SKIP without one) and on the fake driver (every machine): staged, and GPU to GPU with 512-byte
+# FIFO slots so that 1031 elements cross many of them.
+if(MPI_C_FOUND)
+  add_executable(coll_matrix_cuda coll_matrix.c support/devbuf_cuda.c)
+  target_compile_definitions(coll_matrix_cuda PRIVATE WITH_MPI WITH_DEVBUF)
+  target_link_libraries(coll_matrix_cuda chorus_internal MPI::MPI_C CUDA::cudart_static)
+  chorus_add_test(NAME cuda_matrix_2 TIMEOUT 300 LABELS gpu mpi
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2
+            $<TARGET_FILE:coll_matrix_cuda> --counts 0,1,7,1031)
+  add_executable(coll_matrix_fake coll_matrix.c support/devbuf_fake.c)
+  target_compile_definitions(coll_matrix_fake PRIVATE WITH_MPI WITH_DEVBUF)
+  target_link_libraries(coll_matrix_fake chorus_internal MPI::MPI_C ${CMAKE_DL_LIBS})
+  add_dependencies(coll_matrix_fake fake_cuda_stage)
+  foreach(t stage_3:0 p2p_3:1)
+    string(REPLACE ":" ";" f ${t})
+    list(GET f 0 name)
+    list(GET f 1 p2p)
+    string(REGEX REPLACE ".*_" "" n ${name})
+    chorus_add_test(NAME cuda_matrix_fake_${name} TIMEOUT 600 LABELS mpi
+      ENV CHORUS_CUDA_P2P=${p2p} CHORUS_BUFFSIZE=4096
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
+              $<TARGET_FILE:coll_matrix_fake> --counts 0,1,7,1031
+              --driver $<TARGET_FILE_DIR:fake_cuda_stage>/libcuda.so.1)
+  endforeach()
+endif()
