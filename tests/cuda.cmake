@@ -36,7 +36,7 @@ target_include_directories(fake_cuda_stage PRIVATE
 set_target_properties(fake_cuda_stage PROPERTIES OUTPUT_NAME cuda SOVERSION 1 VERSION 1
   C_VISIBILITY_PRESET hidden LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fakecuda_stage)
 if(MPI_C_FOUND)
-  add_executable(test_cuda_stage test_cuda_coll.c)
+  add_executable(test_cuda_stage test_cuda_coll.c support/devbuf_fake.c)
   target_compile_definitions(test_cuda_stage PRIVATE TEST_FAKE_CUDA)
   target_link_libraries(test_cuda_stage chorus MPI::MPI_C ${CMAKE_DL_LIBS})
   add_dependencies(test_cuda_stage fake_cuda_stage) # loaded at run time: build it with the test

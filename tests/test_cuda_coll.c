@@ -39,13 +39,10 @@ static void *hbuf; /* host buffer for inputs and results (pinned with real CUDA)
 #ifdef TEST_FAKE_CUDA
 #include <dlfcn.h>
 
-static void *stream = (void *)(uintptr_t)0x51; /* any handle: the fake checks copies name it */
-static void *(*fake_alloc)(size_t nbytes);
+#include "support/devbuf.h"
+
+static void *stream; /* the fake's declared one (devbuf_stream) */
 static void (*fake_stuck)(int on);
-static int (*fake_faults)(void);
-static int (*cu_copy)(uintptr_t dst, uintptr_t src, size_t nbytes, void *stream);
-static int (*cu_push)(void *ctx);
-static int (*cu_pop)(void **ctx);
 static int (*cu_query)(void *stream);
 static int (*fake_launches)(void);
 static void (*fake_fail_launch)(int nth);
@@ -53,36 +50,26 @@ static void (*fake_fail_launch)(int nth);
 /* Load the fake driver (argv[1]); 0 devices and the reason if it cannot be. */
 static int dev_setup(int argc, char **argv, const char **why)
 {
-    void *lib = argc > 1 ? dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) : NULL;
-    void (*expect)(void *) = lib ? (void (*)(void *))dlsym(lib, "fake_cuda_expect_stream") : NULL;
-    fake_alloc = lib ? (void *(*)(size_t))dlsym(lib, "fake_cuda_alloc") : NULL;
+    if (devbuf_setup(rank, argc > 1 ? argv[1] : NULL, why) == 0)
+        return 0;
+    stream = devbuf_stream();
+    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
     fake_stuck = lib ? (void (*)(int))dlsym(lib, "fake_cuda_stream_stuck") : NULL;
-    fake_faults = lib ? (int (*)(void))dlsym(lib, "fake_cuda_faults") : NULL;
-    cu_copy =
-        lib ? (int (*)(uintptr_t, uintptr_t, size_t, void *))dlsym(lib, "cuMemcpyAsync") : NULL;
-    cu_push = lib ? (int (*)(void *))dlsym(lib, "cuCtxPushCurrent_v2") : NULL;
-    cu_pop = lib ? (int (*)(void **))dlsym(lib, "cuCtxPopCurrent_v2") : NULL;
     cu_query = lib ? (int (*)(void *))dlsym(lib, "cuStreamQuery") : NULL;
     fake_launches = lib ? (int (*)(void))dlsym(lib, "fake_cuda_launches") : NULL;
     fake_fail_launch = lib ? (void (*)(int))dlsym(lib, "fake_cuda_fail_launch") : NULL;
-    int (*set_current)(void *) = lib ? (int (*)(void *))dlsym(lib, "cuCtxSetCurrent") : NULL;
     void (*gpus)(const char *const *, int, int, int) =
         lib ? (void (*)(const char *const *, int, int, int))dlsym(lib, "fake_cuda_gpus") : NULL;
-    if (!expect || !fake_alloc || !fake_stuck || !fake_faults || !cu_copy || !cu_push || !cu_pop ||
-        !cu_query || !fake_launches || !fake_fail_launch || !set_current || !gpus) {
-        static char msg[512];
-        snprintf(msg, sizeof(msg),
-                 "cannot use the fake driver %s: %s (usage: test_cuda_stage "
-                 "path/to/fake/libcuda.so.1)",
-                 argc > 1 ? argv[1] : "(none given)", lib ? "a symbol is missing" : dlerror());
-        *why = msg;
+    if (!fake_stuck || !cu_query || !fake_launches || !fake_fail_launch || !gpus) {
+        *why = "the fake driver lacks a fake_cuda_* entry point (usage: test_cuda_stage "
+               "path/to/fake/libcuda.so.1)";
         return 0;
     }
-    expect(stream);
     /* The GPUs the ranks play (TEST_CUDA_GPUS): one shared by all (unset), one each ("separate"),
      * one each but all numbered 0 in their own process ("rotated": CUDA_VISIBLE_DEVICES=r,r+1,..
      * per rank, only bus ids tell them apart), one each without peer access ("nopeer"), or one
-     * each that no other rank sees ("isolated": CUDA_VISIBLE_DEVICES=r per rank). */
+     * each that no other rank sees ("isolated": CUDA_VISIBLE_DEVICES=r per rank). Set before
+     * init, which records them. */
     const char *mode = getenv("TEST_CUDA_GPUS");
     static char ids[8][16];
     const char *list[8];
@@ -100,43 +87,23 @@ static int dev_setup(int argc, char **argv, const char **why)
         gpus(rot, n, 0, 1);
     } else if (mode != NULL && strcmp(mode, "isolated") == 0)
         gpus(&list[rank % 8], 1, 0, 1);
-    /* As cudaSetDevice leaves it: the rank's device current, so init records it. */
-    if (set_current((void *)(uintptr_t)0xc0de) != 0) {
-        *why = "cuCtxSetCurrent failed";
-        return 0;
-    }
     return 1;
 }
 
 static void *dev_alloc(size_t nbytes)
 {
-    return fake_alloc(nbytes);
-}
-
-static int dev_copy(void *dst, const void *src, size_t nbytes, const char *what)
-{
-    void *ctx;
-    if (cu_push((void *)(uintptr_t)0xc0de) != 0 ||
-        cu_copy((uintptr_t)dst, (uintptr_t)src, nbytes, stream) != 0 || cu_pop(&ctx) != 0) {
-        fprintf(stderr, "rank %d: FAIL: %s through the fake driver\n", rank, what);
-        return 0;
-    }
-    return 1;
+    return devbuf_alloc(nbytes);
 }
 
 static int dev_write(void *dst, const void *src, size_t nbytes)
 {
-    return dev_copy(dst, src, nbytes, "input copy");
+    return devbuf_put(dst, src, nbytes);
 }
 
 /* Queued behind the call's own copies; the stream drained before the bytes are looked at. */
 static int dev_read(void *dst, const void *src, size_t nbytes)
 {
-    if (!dev_copy(dst, src, nbytes, "result copy"))
-        return 0;
-    while (cu_query(stream) != 0)
-        ;
-    return 1;
+    return devbuf_get(dst, src, nbytes);
 }
 
 static void *host_alloc(size_t nbytes)
@@ -688,9 +655,9 @@ int main(int argc, char **argv)
     }
 #ifdef TEST_FAKE_CUDA
     fails += check_stuck_stream(d_other);
-    if (fake_faults() != 0) {
+    if (devbuf_faults() != 0) {
         fprintf(stderr, "rank %d: FAIL: %d copies outside a context or off the caller's stream\n",
-                rank, fake_faults());
+                rank, devbuf_faults());
         fails++;
     }
 #endif
