@@ -2,9 +2,9 @@
  * cuda_dev.c: collectives on CUDA device buffers moved GPU to GPU (issue 8's device path).
  *
  * When every rank of the communicator is on one machine with a CUDA device, no two share a GPU
- * (CHORUS_CUDA_P2P=1 allows that too; 0 turns the path off), and every rank can open every other
- * rank's GPU memory (the GPU, known by its PCI bus id, is visible in the process and peer access
- * is possible: NCCL's rule for its P2P transport), a collective whose buffers are device memory
+ * (GPUs known by PCI bus id; CHORUS_CUDA_P2P=1 allows sharing too; 0 turns the path off), and no
+ * rank's GPU lacks peer access to another's (cuDeviceCanAccessPeer, where the process sees both:
+ * NCCL's rule for its P2P transport), a collective whose buffers are device memory
  * runs its ring program (DESIGN section 6) on the host executor with two differences from a host
  * call:
  *   - the connections are the ring of channel 0 over cuda_p2p (FIFO slots in the receiver's GPU
@@ -213,7 +213,8 @@ int cuda_dev_decide(chorusComm_t comm)
 }
 
 /* The device of this process that is peer's GPU, or -1 where this process does not see it (its
- * CUDA_VISIBLE_DEVICES leaves it out). */
+ * CUDA_VISIBLE_DEVICES leaves it out: CUDA IPC still opens memory of such a GPU, since CUDA 10.1,
+ * as NCCL's P2P transport relies on). */
 static int device_of(const peer_info_t *self, const peer_info_t *peer)
 {
     int dev = -1;
@@ -230,15 +231,14 @@ int cuda_dev_reachable(chorusComm_t comm, int *peer_p)
     for (int r = 0; r < comm->nranks; r++) {
         const peer_info_t *peer = &comm->peers[r];
         int dev = device_of(self, peer), can = 1;
-        if (dev == self->cuda_dev)
-            continue;
-        if (dev < 0 || (cudrv.can_access_peer != NULL &&
-                        (cudrv.can_access_peer(&can, self->cuda_dev, dev) != CU_SUCCESS || !can))) {
+        if (dev == self->cuda_dev || dev < 0)
+            continue; /* the same GPU, or one this process does not see (peer access unknown) */
+        if (cudrv.can_access_peer != NULL &&
+            (cudrv.can_access_peer(&can, self->cuda_dev, dev) != CU_SUCCESS || !can)) {
             INFO(SUB_INIT,
-                 "rank %d cannot open rank %d's GPU memory (GPU %s %s): device-buffer "
-                 "collectives stage through host memory",
-                 comm->rank, r, peer->cuda_busid[0] ? peer->cuda_busid : "?",
-                 dev < 0 ? "not visible in this process" : "without peer access from this one");
+                 "rank %d cannot open rank %d's GPU memory (GPU %s has no peer access from this "
+                 "one): device-buffer collectives stage through host memory",
+                 comm->rank, r, peer->cuda_busid[0] ? peer->cuda_busid : "?");
             *peer_p = r;
             return 0;
         }
@@ -392,9 +392,10 @@ void cuda_dev_free(chorusComm_t comm)
     int pushed = cudrv.ctx_push(d->ctx) == CU_SUCCESS;
     if (d->module != NULL && cudrv.module_unload(d->module) != CU_SUCCESS)
         WARN(SUB_INIT, "cuModuleUnload failed (was CUDA torn down first?)");
-    if (cudrv.event_destroy(d->event) != CU_SUCCESS ||
-        cudrv.stream_destroy(d->stream) != CU_SUCCESS)
-        WARN(SUB_INIT, "cuEventDestroy/cuStreamDestroy failed (was CUDA torn down first?)");
+    if (cudrv.event_destroy(d->event) != CU_SUCCESS)
+        WARN(SUB_INIT, "cuEventDestroy failed (was CUDA torn down first?)");
+    if (cudrv.stream_destroy(d->stream) != CU_SUCCESS)
+        WARN(SUB_INIT, "cuStreamDestroy failed (was CUDA torn down first?)");
     if (pushed)
         cuda_pop_ctx();
     free(d);

@@ -210,8 +210,9 @@ chorusResult_t cuda_wait_stream(chorusComm_t comm, const char *fn, cu_stream_t s
         cudrv.event_destroy(ev);
     if (r != CU_SUCCESS)
         return ERR(chorusUnhandledCudaError, SUB_COLL,
-                   "%s (rank %d): an event on CUDA stream %p (cuEventCreate/cuEventRecord): %s", fn,
-                   comm->rank, stream, cuda_drv_str(r));
+                   "%s (rank %d): an event on CUDA stream %p (cuEventCreate/cuEventRecord): %s "
+                   "(the stream must belong to the device buffers' context)",
+                   fn, comm->rank, stream, cuda_drv_str(r));
     char what[64];
     snprintf(what, sizeof(what), "CUDA stream %p", stream);
     chorusResult_t res = cuda_wait_event(comm, fn, ev, what);

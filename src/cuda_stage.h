@@ -28,12 +28,13 @@ chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const 
 chorusResult_t cuda_stage_drain(chorusComm_t comm);
 /* 1 on the CUDA worker thread. */
 int cuda_stage_is_worker(void);
-/* The device path (cuda_dev.c): 1 when every rank of comm may run device-buffer collectives GPU
- * to GPU by what the peer exchange says (init, after it; the same answer on every rank). */
+/* The device path (cuda_dev.c): 1 when this rank may run device-buffer collectives GPU to GPU by
+ * what the peer exchange says and its driver has (init, after the exchange; init's agreement
+ * then takes it only where every rank said 1). */
 int cuda_dev_decide(chorusComm_t comm);
-/* Where cuda_dev_decide said 1: 1 when this rank's context can open every other rank's GPU
- * memory (the GPU is visible here and peer access is possible), else 0 with the first rank it
- * cannot reach in *peer_p. Init agrees on the answer over all ranks. */
+/* Where cuda_dev_decide said 1: 1 unless this rank's GPU has no peer access to another rank's
+ * (one this process sees; CUDA IPC opens memory of GPUs it does not see), else 0 with the first
+ * such rank in *peer_p. Init agrees on the answer over all ranks. */
 int cuda_dev_reachable(chorusComm_t comm, int *peer_p);
 /* 1 when the batch runs GPU to GPU: comm decided so, and every op is a collective on device
  * buffers. */

@@ -61,8 +61,8 @@ static chorusResult_t check_buffer(const char *fn, const char *name, const void 
 }
 
 /* Validate op completely; on success it may run. */
-/* on_device_p: set to 1 when the buffers are CUDA device memory, -1 when the call moves no bytes
- * here and names a stream that is not a host one (a cudaStream_t), else 0. */
+/* on_device_p: set to 1 when the buffers are CUDA device memory, or the call moves no bytes here
+ * and names a cudaStream_t. */
 static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
 {
     const coll_args_t *a = &op->args;
@@ -154,16 +154,16 @@ static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
                    "%s (rank %d): device buffers take a cudaStream_t (or NULL), not a host stream "
                    "made by chorusStreamCreate",
                    fn, rank);
-    if (dev == 0 && host > 0 && op->stream != NULL && !stream_is_host(op->stream))
+    /* No bytes on this rank (count 0) with a stream that is not a host one: in a CUDA build, a
+     * cudaStream_t of an empty call (an empty gradient bucket), taken as a device call: it
+     * returns at once and leaves a group of device calls the asynchronous way. */
+    int cuda_empty = CHORUS_HAVE_CUDA && dev == 0 && host == 0;
+    if (dev == 0 && !cuda_empty && op->stream != NULL && !stream_is_host(op->stream))
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): stream is neither NULL nor a host stream made by "
                    "chorusStreamCreate (a cudaStream_t goes with device buffers)",
                    fn, rank);
-    /* No bytes on this rank (count 0) with a stream that is not a host one: a cudaStream_t of an
-     * empty call (an empty gradient bucket). Nothing is ordered with it: -1, run without it. */
-    *on_device_p = dev > 0                                                          ? 1
-                   : host == 0 && op->stream != NULL && !stream_is_host(op->stream) ? -1
-                                                                                    : 0;
+    *on_device_p = dev > 0 || (cuda_empty && op->stream != NULL && !stream_is_host(op->stream));
     return chorusSuccess;
 }
 
@@ -549,9 +549,7 @@ static chorusResult_t issue(comm_op_t *op)
     CHECK(comm_op_started(op->comm, coll_name(op->args.kind)));
     int on_device = 0;
     chorusResult_t res = check_op(op, &on_device);
-    if (res == chorusSuccess && on_device < 0)
-        op->stream = NULL; /* nothing to move: run as a host call, in the caller's thread */
-    if (res == chorusSuccess && on_device > 0) {
+    if (res == chorusSuccess && on_device) {
         /* Staged through host memory in the caller's thread, in order on the CUDA stream. */
         op->on_device = 1;
         op->cuda_stream = op->stream;

@@ -263,11 +263,16 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     for (int r = 0; res == chorusSuccess && r < comm->nranks; r++) {
         const int64_t *v = all + NAGREE * r;
         if (comm->cuda_direct && !v[4]) {
-            if (r != comm->rank)
+            if (r != comm->rank && v[5] >= 0)
                 INFO(SUB_INIT,
                      "rank %d cannot open rank %lld's GPU memory: device-buffer collectives "
                      "stage through host memory",
                      r, (long long)v[5]);
+            else if (r != comm->rank)
+                INFO(SUB_INIT,
+                     "rank %d cannot run device-buffer collectives GPU to GPU (its CUDA driver "
+                     "or device): they stage through host memory",
+                     r);
             comm->cuda_direct = 0;
         }
         if (v[3] < mine[3])

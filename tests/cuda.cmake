@@ -42,11 +42,12 @@ if(MPI_C_FOUND)
   add_dependencies(test_cuda_stage fake_cuda_stage) # loaded at run time: build it with the test
   # Both paths: staged through host memory (cuda_stage), GPU to GPU over cuda_p2p (cuda_p2p),
   # the latter also with the caller waiting for its stream (CHORUS_CUDA_ASYNC=0); every rank on
-  # the fake's one GPU, or (TEST_CUDA_GPUS) on GPUs of their own: numbered 0 in each process
-  # (GPU to GPU by default, told apart by bus id), hidden from each other or without peer access
-  # (staged, even where CHORUS_CUDA_P2P=1 asks for GPU to GPU).
+  # the fake's one GPU, or (TEST_CUDA_GPUS) on GPUs of their own: numbered 0 in each process or
+  # hidden from each other (GPU to GPU by default, told apart by bus id; IPC opens memory of a
+  # GPU the process does not see), or without peer access (staged, even where
+  # CHORUS_CUDA_P2P=1 asks for GPU to GPU).
   foreach(t stage_2:0:1:shared stage_4:0:1:shared p2p_2:1:1:shared p2p_4:1:1:shared
-      p2p_blocking_2:1:0:shared gpus_rotated_2:-1:1:rotated gpus_isolated_2:1:1:isolated
+      p2p_blocking_2:1:0:shared gpus_rotated_2:-1:1:rotated gpus_isolated_2:-1:1:isolated
       gpus_nopeer_2:-1:1:nopeer)
     string(REPLACE ":" ";" f ${t})
     list(GET f 0 name)

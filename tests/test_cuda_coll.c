@@ -106,6 +106,14 @@ static int dev_read(void *dst, const void *src, size_t nbytes)
     return devbuf_get(dst, src, nbytes);
 }
 
+/* The stale pattern every input overwrites (NaN in float32, large in the others), landed before
+ * hbuf is written again. */
+static int dev_fill_stale(void *p, size_t nbytes)
+{
+    memset(hbuf, 0x7f, nbytes);
+    return devbuf_put(p, hbuf, nbytes) && devbuf_get(hbuf, p, 0);
+}
+
 static void *host_alloc(size_t nbytes)
 {
     return malloc(nbytes);
@@ -144,11 +152,21 @@ static void *dev_alloc(size_t nbytes)
     return cuda_ok(cudaMalloc(&p, nbytes), "alloc") ? p : NULL;
 }
 
-/* In order on the stream: a compute kernel busy for 20 ms, then one that writes the input from
- * src (pinned host memory). */
+/* The stale pattern, landed at once; then, in order on the stream, a compute kernel busy for
+ * 20 ms and one that writes the input from src (pinned host memory). A call that did not wait
+ * for the kernels reads the stale pattern, whatever the buffer held before. */
 static int dev_write(void *dst, const void *src, size_t nbytes)
 {
-    return cuda_ok(order_kernel_write(dst, src, nbytes, 20, stream), "input kernels");
+    return cuda_ok(cudaMemsetAsync(dst, 0x7f, nbytes, stream), "stale fill") &&
+           cuda_ok(cudaStreamSynchronize(stream), "stream") &&
+           cuda_ok(order_kernel_write(dst, src, nbytes, 20, stream), "input kernels");
+}
+
+/* The stale pattern every input overwrites: NaN in float32, large in the others. */
+static int dev_fill_stale(void *p, size_t nbytes)
+{
+    return cuda_ok(cudaMemsetAsync(p, 0x7f, nbytes, stream), "stale fill") &&
+           cuda_ok(cudaStreamSynchronize(stream), "stream");
 }
 
 /* In order on the stream: a compute kernel that reads the result into dst (pinned). */
@@ -164,13 +182,6 @@ static void *host_alloc(size_t nbytes)
     return cuda_ok(cudaMallocHost(&p, nbytes), "pinned alloc") ? p : NULL;
 }
 #endif
-
-/* The stale pattern every input overwrites: NaN in float32, large in the others. */
-static int dev_fill_stale(void *p, size_t nbytes)
-{
-    memset(hbuf, 0x7f, nbytes);
-    return dev_write(p, hbuf, nbytes);
-}
 
 static size_t esize(chorusDataType_t t)
 {
@@ -416,9 +427,13 @@ static int check_returns_at_once(chorusComm_t comm, char *d_send, char *d_recv)
 #endif
     if (!write_input(d_send, count, chorusFloat32, rank, 0))
         return 1;
+    /* In a group with an empty call (count 0: an empty gradient bucket), which must not make
+     * the group wait either. */
     double t0 = now_s();
-    chorusResult_t r = chorusAllReduce(d_send, d_recv, count, chorusFloat32, chorusSum, comm,
-                                       (chorusStream_t)stream);
+    chorusGroupStart();
+    chorusAllReduce(d_send, d_recv, count, chorusFloat32, chorusSum, comm, (chorusStream_t)stream);
+    chorusAllReduce(d_send, d_recv, 0, chorusFloat32, chorusSum, comm, (chorusStream_t)stream);
+    chorusResult_t r = chorusGroupEnd();
     double dt = now_s() - t0;
     /* The proof is not a time: the stream has not yet run the call's input copy when it returns
      * (the fake's is stopped; a GPU's waits behind the kernel busy for 20 ms). */
@@ -430,11 +445,13 @@ static int check_returns_at_once(chorusComm_t comm, char *d_send, char *d_recv)
 #endif
     int bad = r != chorusSuccess || !busy;
     if (bad)
-        fprintf(stderr,
-                "rank %d: FAIL: AllReduce behind busy stream work: %d after %.1f ms, the stream "
-                "%s: %s\n",
-                rank, r, dt * 1e3, busy ? "still busy" : "already idle (the call waited for it)",
-                chorusGetLastError(comm));
+        fprintf(
+            stderr,
+            "rank %d: FAIL: AllReduce (and an empty one) behind busy stream work: %d after %.1f "
+            "ms, the stream "
+            "%s: %s\n",
+            rank, r, dt * 1e3, busy ? "still busy" : "already idle (the call waited for it)",
+            chorusGetLastError(comm));
     else if (rank == 0)
         printf("a call behind busy stream work returned in %.2f ms, its stream still busy\n",
                dt * 1e3);
@@ -444,13 +461,14 @@ static int check_returns_at_once(chorusComm_t comm, char *d_send, char *d_recv)
 
 #ifdef TEST_FAKE_CUDA
 /* Whether device buffers should run GPU to GPU here. CHORUS_CUDA_P2P unset or -1: unless ranks
- * share a GPU (by bus id, whatever the device numbers); 1: also then; 0: never. Never where a
- * rank cannot open another's GPU memory (hidden from it, or without peer access). */
+ * share a GPU (by bus id, whatever the device numbers or which GPUs a process sees); 1: also
+ * then; 0: never. Never where a GPU has no peer access to another. */
 static int gpu_to_gpu_expected(void)
 {
     const char *p2p = getenv("CHORUS_CUDA_P2P"), *gmode = getenv("TEST_CUDA_GPUS");
     int forced = p2p != NULL && strcmp(p2p, "1") == 0, off = p2p != NULL && strcmp(p2p, "0") == 0;
-    int own = gmode != NULL && (strcmp(gmode, "separate") == 0 || strcmp(gmode, "rotated") == 0);
+    int own = gmode != NULL && (strcmp(gmode, "separate") == 0 || strcmp(gmode, "rotated") == 0 ||
+                                strcmp(gmode, "isolated") == 0);
     return gmode == NULL ? forced : own && !off;
 }
 

@@ -1,8 +1,9 @@
 /*
  * devbuf_cuda.c: devbuf.h on a real GPU, with the CUDA runtime: cudaMalloc'd buffers and a
  * stream of the test's own (cudaStreamCreate: the calls on it return at once). Copies in are
- * synchronous (the legacy stream, done before the next call is queued); copies out first wait for
- * the stream, so that no synchronous copy ever waits behind a collective in flight.
+ * cudaMemcpy on the legacy stream (a pageable source may return before the DMA lands; the calls'
+ * stream, a blocking one, still runs after it); copies out first wait for the stream, so that no
+ * synchronous copy ever waits behind a collective in flight.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>

@@ -56,8 +56,8 @@ void set_access(uintptr_t p, size_t n, int prot);
 int gpu_current(void);
 /* The PCI bus id of this process's current GPU. */
 const char *gpu_busid(void);
-/* 0 when this process can open memory of the GPU with that bus id, or the CUDA error: the GPU
- * is not visible here, or it has no peer access from the current one. */
+/* 0 when this process can open memory of the GPU with that bus id (visible here or not, as CUDA
+ * IPC since 10.1), or the CUDA error: it has no peer access from the current one. */
 int gpu_reach(const char *busid);
 
 /* ---- Stream operations (fake_cuda_stage.c) ----

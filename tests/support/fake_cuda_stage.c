@@ -30,7 +30,7 @@
  * process sees, its current one and whether two distinct GPUs have peer access, so that ranks can
  * play separate GPUs, GPUs hidden from each other (CUDA_VISIBLE_DEVICES per rank) or GPUs without
  * peer access. An IPC handle carries its GPU's bus id, and opening it fails as the real driver's
- * would where that GPU is not visible or not reachable by peer access.
+ * would where that GPU has no peer access from the opener's (visible to it or not).
  *
  * Kernels: cuModuleLoadData accepts any image and cuModuleGetFunction knows the names of
  * kernels/cuda_module.h (chorus_map_<dtype>_<op>_<mode>); a launch copies its parameters and,
