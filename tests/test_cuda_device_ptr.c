@@ -1,12 +1,13 @@
 /*
  * test_cuda_device_ptr.c: memory-type detection with the real CUDA driver, on one rank. A
- * cudaMalloc'd buffer is taken as device memory (the call is staged through pinned host memory and
- * gives exact results); a host buffer and a device buffer in one call are chorusInvalidArgument
- * naming the mix; host memory the driver knows (cudaMallocHost pinned, cudaMallocManaged) and
- * plain malloc'd memory in a process where CUDA is loaded work as host buffers, with exact
- * results. chorusCommCuDevice gives the device current at init, or chorusCommInitAll's device list
- * entry; a list naming a device that does not exist is refused. Last, a call on a created stream
- * read back by a synchronous cudaMemcpy. Without a CUDA device it prints SKIP and exits 77.
+ * cudaMalloc'd buffer is taken as device memory (a call on the legacy stream, 1 rank: GPU to GPU
+ * unless CHORUS_CUDA_P2P=0 stages it; exact either way); a host buffer and a device buffer in one
+ * call are chorusInvalidArgument naming the mix; host memory the driver knows (cudaMallocHost
+ * pinned, cudaMallocManaged) and plain malloc'd memory in a process where CUDA is loaded work as
+ * host buffers, with exact results. chorusCommCuDevice gives the device current at init, or
+ * chorusCommInitAll's device list entry; a list naming a device that does not exist is refused.
+ * Last, a call on a created stream read back by a synchronous cudaMemcpy. Without a CUDA device it
+ * prints SKIP and exits 77.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -46,7 +47,7 @@ static int expect_device_works(chorusComm_t comm, float *dev)
         fprintf(stderr, "FAIL: device buffers: results differ from the input\n");
         return 1;
     }
-    printf("cudaMalloc memory: staged, exact\n");
+    printf("cudaMalloc memory: taken as device memory, exact\n");
     return 0;
 }
 
@@ -167,6 +168,6 @@ int main(void)
     cudaFree(managed);
     free(plain);
     if (fails == 0)
-        printf("PASS: device buffers staged, mixing refused, driver-known host buffers used\n");
+        printf("PASS: device buffers exact, mixing refused, driver-known host buffers used\n");
     return fails == 0 ? 0 : 1;
 }
