@@ -158,8 +158,8 @@ static chorusResult_t cuda_p2p_connect(const conn_setup_t *s, const transport_ha
         if (r != CU_SUCCESS)
             return ERR(chorusUnhandledCudaError, SUB_INIT,
                        "cuda_p2p (rank %d): opening rank %d's GPU FIFO (cuIpcOpenMemHandle): %s "
-                       "(CUDA IPC needs both processes on this machine, able to see each "
-                       "other's GPUs; set CHORUS_CUDA_P2P=0 to stage through host memory)",
+                       "(CUDA IPC needs both processes on this machine, with peer access "
+                       "between their GPUs; set CHORUS_CUDA_P2P=0 to stage through host memory)",
                        s->self->rank, s->peer->rank, cuda_drv_str(r));
         slots = p->opened;
     }
