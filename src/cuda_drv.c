@@ -112,9 +112,9 @@ int cuda_current_device(void)
 void cuda_device_busid(int dev, char *busid, size_t len)
 {
     busid[0] = '\0';
-    if (dev < 0 || cuda_device_count() < 0 || cudrv.device_busid == NULL ||
+    if (dev >= 0 && cuda_device_count() >= 0 && cudrv.device_busid != NULL &&
         cudrv.device_busid(busid, (int)len, dev) != CU_SUCCESS)
-        busid[0] = '\0';
+        busid[0] = '\0'; /* a failed call may leave part of a string */
     busid[len - 1] = '\0';
 }
 
@@ -126,10 +126,10 @@ const char *cuda_drv_str(cu_result_t r)
     return s;
 }
 
-/* The context that owns device pointer p, pushed current and returned in *ctx_p. */
 /* The device whose primary context cuda_push_ctx retained for the pushed one, or -1. */
 static __thread int retained_dev = -1;
 
+/* The context that owns device pointer p, pushed current and returned in *ctx_p. */
 chorusResult_t cuda_push_ctx(const char *fn, int rank, const void *p, cu_context_t *ctx_p)
 {
     cu_context_t ctx = NULL;
