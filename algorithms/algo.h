@@ -81,12 +81,14 @@ chorusResult_t tree_reduce_program(const channel_work_t *w);
 
 /* Direct algorithms (direct.c) over node-local windows: rank r's window, mapped by every local
  * rank at base[r], is a header of sequence flags then two buffers of buf_nbytes. */
-#define DIRECT_HDR_NBYTES 4096
+#define DIRECT_HDR_NBYTES 20480
 #define DIRECT_MAX_RANKS 256
-/* Small pieces go as LL words (direct.c): 8 slots of 32 words, 4 data bytes each. Up to 128
+/* Small pieces go as LL words (direct.c): 64 slots of 32 words, 4 data bytes each. Up to 128
  * bytes LL beat a flag then the data (2 ranks, 64 B all-reduce: 0.57 us against 0.68-0.71);
- * from 256 bytes the doubled lines cost more than the serial read saves (1.0 us against 0.7). */
-#define DIRECT_LL_SLOTS 8
+ * from 256 bytes the doubled lines cost more than the serial read saves (1.0 us against 0.7).
+ * A rank that only writes (broadcast root) runs up to 64 pieces ahead: 4 ranks on 2 cores, 8 B
+ * broadcast, 0.4-0.6 us against 2.0 with 8 slots. */
+#define DIRECT_LL_SLOTS 64
 #define DIRECT_LL_WORDS 32
 #define DIRECT_LL_NBYTES (DIRECT_LL_WORDS * 4)
 typedef struct direct_hdr {
@@ -119,6 +121,7 @@ typedef struct direct_view {
     size_t buf_nbytes;
     uint64_t *seq; /* pieces run so far on the communicator (advanced by the program) */
     uint64_t *done_seen; /* [nranks]: each rank's done flag as this rank last read it */
+    uint64_t *done_pending; /* this rank's last piece read but not yet in its done flag, or 0 */
     /* Zero-copy, NULL where off: zc_find says whether [p, p + nbytes) lies in one chorusMemAlloc
      * region (and where); zc_map returns the address of rank r's data named by ref, nbytes of it
      * readable, or NULL with the error set. Calls from zc_min_nbytes up use it. */

@@ -28,6 +28,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "debug.h"
 
@@ -75,6 +78,43 @@ void fifo_fence_heavy(void)
 {
     if (!fence_asym() || syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) != 0)
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+static int prefetchw_state; /* 0: not asked yet; 1: the CPU has PREFETCHW; 2: it has not */
+
+static int has_prefetchw(void)
+{
+    int st = __atomic_load_n(&prefetchw_state, __ATOMIC_RELAXED);
+    if (__builtin_expect(st == 0, 0)) {
+        unsigned a, b, c, d; /* CPUID 0x80000001: ECX bit 8, PRFCHW (3DNowPrefetch) */
+        st = __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & (1u << 8)) ? 1 : 2;
+        __atomic_store_n(&prefetchw_state, st, __ATOMIC_RELAXED);
+    }
+    return st == 1;
+}
+#endif
+
+void fifo_prefetch_read(const void *p, size_t nbytes)
+{
+    const char *end = (const char *)p + nbytes;
+    for (const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63); c < end; c += 64)
+        __builtin_prefetch(c, 0, 3);
+}
+
+void fifo_prefetch_write(const void *p, size_t nbytes)
+{
+    const char *end = (const char *)p + nbytes;
+    const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63);
+#if defined(__x86_64__) || defined(__i386__)
+    if (!has_prefetchw())
+        return;
+    for (; c < end; c += 64)
+        __asm__ volatile("prefetchw %0" ::"m"(*c));
+#else
+    for (; c < end; c += 64)
+        __builtin_prefetch(c, 1, 3);
+#endif
 }
 
 int64_t fifo_now_ns(void)

@@ -146,5 +146,10 @@ int64_t fifo_now_ns(void);
 void fifo_fence_setup(void);
 void fifo_fence_light(void);
 void fifo_fence_heavy(void);
+/* Ask for the cache lines of [p, p + nbytes) ahead of use, without waiting: to be read, or to be
+ * written (PREFETCHW where the CPU has it: the line arrives exclusive, so later stores to it do
+ * not wait for another core to give it up). Hints only. */
+void fifo_prefetch_read(const void *p, size_t nbytes);
+void fifo_prefetch_write(const void *p, size_t nbytes);
 
 #endif /* CHORUS_FIFO_H */
