@@ -115,13 +115,20 @@ typedef struct mem_ref {
     int32_t reserved;
 } mem_ref_t;
 
+/* What a rank last published in its done flag, and the last piece it has read but not yet
+ * published (0: none); kept out of the shared line, which peers poll. */
+typedef struct direct_done {
+    uint64_t published;
+    uint64_t pending;
+} direct_done_t;
+
 typedef struct direct_view {
     int nranks, rank;
     char *const *base; /* [nranks] */
     size_t buf_nbytes;
     uint64_t *seq; /* pieces run so far on the communicator (advanced by the program) */
     uint64_t *done_seen; /* [nranks]: each rank's done flag as this rank last read it */
-    uint64_t *done_pending; /* this rank's last piece read but not yet in its done flag, or 0 */
+    direct_done_t *done; /* this rank's own done flag, as direct.c last set it */
     /* Zero-copy, NULL where off: zc_find says whether [p, p + nbytes) lies in one chorusMemAlloc
      * region (and where); zc_map returns the address of rank r's data named by ref, nbytes of it
      * readable, or NULL with the error set. Calls from zc_min_nbytes up use it. */

@@ -79,7 +79,7 @@ struct chorusComm {
     size_t win_map_nbytes;
     uint64_t win_seq; /* direct pieces run so far */
     uint64_t *win_done_seen; /* [nranks]: done flags as last read (direct.c) */
-    uint64_t win_done_pending; /* a piece read but not yet in this rank's done flag (direct.c) */
+    direct_done_t win_done; /* this rank's done flag: published, pending (direct.c) */
     direct_view_t win_view;
     struct zc_map *zc_maps; /* [ZC_MAX_MAPS]: peers' chorusMemAlloc regions mapped (window.c) */
     uint64_t zc_clock;

@@ -281,7 +281,7 @@ out:
                                      bufsz,
                                      &comm->win_seq,
                                      comm->win_done_seen,
-                                     &comm->win_done_pending,
+                                     &comm->win_done,
                                      (all & 2) ? mem_find_region : NULL,
                                      (all & 2) ? zc_map : NULL,
                                      comm,
