@@ -1,0 +1,285 @@
+/*
+ * direct_win.c: the window protocol under the direct algorithms (direct_win.h; the algorithms and
+ * the window layout are described in direct.c and algo.h).
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "debug.h"
+#include "direct_win.h"
+
+/*
+ * Done flags. A rank that only reads small pieces (broadcast non-root, reduce root) would publish
+ * one per call into a line the writer, running ahead, keeps reading: the line crossed between
+ * the cores every call (2 ranks, 8 B broadcast: 0.27 us a call; 0.13 with the batches below).
+ * So such a rank notes the piece (done->pending) and publishes every DONE_BATCH pieces, and before
+ * any wait that is not over at once: a peer that needs its done flag has run ahead of it, so this
+ * rank reaches its next wait or batch without that peer (calls are matched on every rank), and a
+ * batch smaller than the LL lag lets the writer go on meanwhile. Calls that can be zero-copy
+ * (whose writer waits for the done flag before it returns) publish at once.
+ */
+#define DONE_BATCH 16
+_Static_assert(DONE_BATCH < DIRECT_LL_SLOTS, "a done batch is shorter than the LL lag");
+
+static void done_publish(const direct_view_t *v, uint64_t s)
+{
+    fifo_set_flag(&hdr(v, v->rank)->done, s);
+    v->done->published = s;
+    v->done->pending = 0;
+}
+
+static void done_flush(const direct_view_t *v)
+{
+    if (v->done->pending != 0)
+        done_publish(v, v->done->pending);
+}
+
+/* This rank has read everything it reads of piece s: publish it now, or (lazy) batched. */
+void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy)
+{
+    if (!lazy || s - v->done->published >= DONE_BATCH)
+        done_publish(v, s);
+    else
+        v->done->pending = s;
+}
+
+/* Wait until rank r's flag (ready, reduced or done, at offset off in its header) reaches s. */
+chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_t off, uint64_t s,
+                                const char *what)
+{
+    fifo_flag_t *f = (fifo_flag_t *)(void *)((char *)hdr(v, r) + off);
+    p->wait.peer = r;
+    if (__atomic_load_n(&f->value, __ATOMIC_ACQUIRE) < s)
+        done_flush(v);
+    CHECK(fifo_wait_flag(f, s, &p->wait, "shm", what));
+    /* A rank publishes ready for piece s only after finishing piece s - 1 (done included): seeing
+     * it spares reading r's done flag later. */
+    if (off == OFF_READY(s) && v->done_seen[r] < s - 1)
+        v->done_seen[r] = s - 1;
+    return chorusSuccess;
+}
+
+/* Wait for every other rank's flag, starting after this rank (spreads who waits on whom). */
+chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, uint64_t s,
+                               const char *what)
+{
+    for (int k = 1; k < v->nranks; k++)
+        CHECK(direct_wait_flag(p, v, (v->rank + k) % v->nranks, off, s, what));
+    return chorusSuccess;
+}
+
+/* Start piece s: wait until every rank has finished reading piece s - lag, whose buffer (lag 2:
+ * s % 2) or LL slot (lag DIRECT_LL_SLOTS: s % DIRECT_LL_SLOTS) piece s reuses. A done flag read
+ * once covers the pieces it is ahead by: most calls read none. */
+chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p, uint64_t lag)
+{
+    uint64_t s = ++*v->seq;
+    *s_p = s;
+    for (int k = 1; s > lag && k < v->nranks; k++) {
+        int r = (v->rank + k) % v->nranks;
+        if (v->done_seen[r] >= s - lag)
+            continue;
+        CHECK(direct_wait_flag(p, v, r, OFF_DONE, s - lag, "direct window done flag"));
+        v->done_seen[r] = __atomic_load_n(&hdr(v, r)->done.value, __ATOMIC_ACQUIRE);
+    }
+    return chorusSuccess;
+}
+
+/*
+ * LL pieces (up to DIRECT_LL_NBYTES): the data goes as 8-byte words, 4 data bytes beside the low
+ * 32 bits of the piece number, into the writer's LL slot s % DIRECT_LL_SLOTS. A reader loads
+ * every word of the piece in one pass, so their lines cross between cores together, and has the
+ * data when each word carries its piece number (no flag to see first, then the data); it passes
+ * again until then. The writer sets its ready flag after the words, and a reader that spun too
+ * long sleeps on it. DIRECT_LL_SLOTS slots let a rank that only writes (broadcast root, reduce
+ * non-root) run that many pieces ahead.
+ */
+
+/* Write nparts parts of part_nbytes each (part k at src + k * stride) as LL words of piece s,
+ * part k from word k * LL_PART_WORDS(part_nbytes); then the ready flag. */
+void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
+                     size_t part_nbytes, size_t stride)
+{
+    uint64_t *w = hdr(v, v->rank)->ll[s % DIRECT_LL_SLOTS];
+    uint64_t tag = (uint64_t)(uint32_t)s << 32;
+    size_t pw = LL_PART_WORDS(part_nbytes), full = part_nbytes / 4;
+    for (int k = 0; k < nparts; k++, w += pw) {
+        const char *b = src + (size_t)k * stride;
+        for (size_t i = 0; i < full; i++) {
+            uint32_t d;
+            memcpy(&d, b + 4 * i, 4);
+            __atomic_store_n(&w[i], tag | d, __ATOMIC_RELAXED);
+        }
+        if (full < pw) { /* a part word: 1 to 3 bytes */
+            uint32_t d = 0;
+            memcpy(&d, b + 4 * full, part_nbytes - 4 * full);
+            __atomic_store_n(&w[full], tag | d, __ATOMIC_RELAXED);
+        }
+    }
+    /* The whole slot is written when it was last 2^31 pieces ago or more: every word then
+     * carries a number within 2^31 of s, so no stale one matches s in 32 bits. */
+    uint64_t *slot = hdr(v, v->rank)->ll[s % DIRECT_LL_SLOTS];
+    uint64_t *fresh = &hdr(v, v->rank)->ll_fresh[s % DIRECT_LL_SLOTS];
+    if (s - *fresh >= (uint64_t)1 << 31) {
+        for (uint64_t *x = slot + pw * (size_t)nparts; x < slot + DIRECT_LL_WORDS; x++)
+            __atomic_store_n(x, tag, __ATOMIC_RELAXED);
+        *fresh = s;
+    }
+    fifo_set_flag(&hdr(v, v->rank)->ready[s & 1], s);
+    /* The next piece's slot was last read by the peers: have it back before writing it (the
+     * stores would otherwise stall this rank's next locked instruction; 8 B broadcast root). */
+    fifo_prefetch_write(hdr(v, v->rank)->ll[(s + 1) % DIRECT_LL_SLOTS],
+                        pw * (size_t)nparts * sizeof(uint64_t));
+}
+
+/* Read nbytes of rank r's LL words of piece s, from word first, into dst: passes over the words
+ * until all carry s, then sleeps on r's ready flag (set after them). */
+chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t first,
+                              void *dst, size_t nbytes)
+{
+    const uint64_t *w = hdr(v, r)->ll[s % DIRECT_LL_SLOTS] + first;
+    uint32_t tag = (uint32_t)s;
+    unsigned char *b = dst;
+    size_t full = nbytes / 4, nw = LL_PART_WORDS(nbytes);
+    int64_t polls = 0;
+    int flagged = 0;
+    for (;;) {
+        /* One pass over every word (their lines load together); again until all carry s. */
+        uint32_t bad = 0;
+        for (size_t i = 0; i < nw; i++) {
+            uint64_t x = __atomic_load_n(&w[i], __ATOMIC_RELAXED);
+            bad |= (uint32_t)(x >> 32) ^ tag;
+            uint32_t d = (uint32_t)x;
+            if (i < full)
+                memcpy(b + 4 * i, &d, 4);
+            else
+                memcpy(b + 4 * i, &d, nbytes - 4 * i);
+        }
+        if (bad == 0)
+            return chorusSuccess;
+        if (flagged)
+            return ERR(chorusInternalError, SUB_COLL,
+                       "rank %d published piece %llu but some of its LL words carry another "
+                       "piece",
+                       r, (unsigned long long)s);
+        if (polls == 0)
+            done_flush(v);
+        if (++polls < p->wait.spin) {
+            fifo_cpu_relax();
+            continue;
+        }
+        CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag (LL)"));
+        flagged = 1;
+    }
+}
+
+/* out = LL input of rank 0 op rank 1 op ... (rank order), each read from word first; avg's
+ * division last. */
+chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
+                                    void *out, size_t count)
+{
+    _Alignas(64) unsigned char tmp[DIRECT_LL_NBYTES];
+    CHECK(direct_ll_read(p, v, 0, s, first, out, count * p->esize));
+    for (int r = 1; r < v->nranks; r++) {
+        CHECK(direct_ll_read(p, v, r, s, first, tmp, count * p->esize));
+        p->ops->reduce(out, out, tmp, count, p->dtype, p->op);
+    }
+    if (p->divisor)
+        p->ops->divide(out, out, count, p->dtype, p->divisor);
+    return chorusSuccess;
+}
+
+_Static_assert(sizeof(mem_ref_t) <= sizeof(((fifo_flag_t *)0)->payload),
+               "a mem_ref_t rides in a ready flag's payload");
+
+/* Zero-copy: 1 (and *ref) when this rank's input in[0, nbytes) can be read in place by its
+ * peers: it lies in a chorusMemAlloc region and this rank writes none of it during the call (out,
+ * out_nbytes: what it writes; NULL: nothing). */
+int direct_zc_expose(const direct_view_t *v, const void *in, size_t nbytes, const void *out,
+                     size_t out_nbytes, mem_ref_t *ref)
+{
+    if (v->zc_find == NULL || nbytes == 0 || nbytes < v->zc_min_nbytes)
+        return 0;
+    const char *i = in, *o = out;
+    if (o != NULL && i < o + out_nbytes && o < i + nbytes)
+        return 0;
+    return v->zc_find(in, nbytes, ref);
+}
+
+/* Publish this rank's input of piece s: in its window buffer (ref NULL) or in place at ref's
+ * data + off bytes. */
+static void publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, size_t off)
+{
+    fifo_flag_t *f = &hdr(v, v->rank)->ready[s & 1];
+    mem_ref_t r;
+    memset(&r, 0, sizeof(r));
+    if (ref != NULL) {
+        r = *ref;
+        r.offset += off;
+        r.addr += off;
+    }
+    memcpy(f->payload, &r, sizeof(r));
+    fifo_set_flag(f, s);
+}
+
+/* Publish this rank's input of piece s, len elements from element off of in: in place at ref
+ * (zero-copy), or copied into its window buffer (ref NULL). */
+void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const mem_ref_t *ref,
+                          const char *in, size_t off, size_t len)
+{
+    if (ref == NULL)
+        p->ops->copy(buf(v, v->rank, s), in + off * p->esize, len * p->esize);
+    publish_ready(v, s, ref, off * p->esize);
+}
+
+/* Rank r's input of piece s, nbytes, once its ready flag is seen: its window buffer, or its own
+ * memory read in place (this rank's: mine, when it exposed it). */
+chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
+                               size_t nbytes, char **src)
+{
+    if (r == v->rank) {
+        *src = mine != NULL ? (char *)mine : buf(v, r, s);
+        return chorusSuccess;
+    }
+    mem_ref_t ref;
+    memcpy(&ref, hdr(v, r)->ready[s & 1].payload, sizeof(ref));
+    if (ref.id == 0) {
+        *src = buf(v, r, s);
+        return chorusSuccess;
+    }
+    if (v->zc_map == NULL)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "rank %d published its input in place, but this rank has zero-copy off", r);
+    *src = (char *)v->zc_map(v->zc_arg, r, &ref, nbytes);
+    if (*src == NULL)
+        return chorusSystemError;
+    (*v->zc_reads)++;
+    return chorusSuccess;
+}
+
+/* Zero-copy, at the end of a call: peers read this rank's memory until their done flags reach
+ * s, the call's last piece; the caller may change it once this returns. */
+chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s)
+{
+    for (int k = 1; k < v->nranks; k++) {
+        int r = (v->rank + k) % v->nranks;
+        if (v->done_seen[r] >= s)
+            continue;
+        CHECK(direct_wait_flag(p, v, r, OFF_DONE, s, "direct window done flag (reading in place)"));
+        v->done_seen[r] = __atomic_load_n(&hdr(v, r)->done.value, __ATOMIC_ACQUIRE);
+    }
+    return chorusSuccess;
+}
+
+/* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
+void direct_reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count)
+{
+    if (nsrc == 1)
+        p->ops->copy(dst, src[0], count * p->esize);
+    else
+        p->ops->reduce(dst, src[0], src[1], count, p->dtype, p->op);
+    for (int k = 2; k < nsrc; k++)
+        p->ops->reduce(dst, dst, src[k], count, p->dtype, p->op);
+    if (p->divisor)
+        p->ops->divide(dst, dst, count, p->dtype, p->divisor);
+}

@@ -1,0 +1,79 @@
+/*
+ * direct_win.h: the window protocol the direct algorithms (direct.c) are written with, kept in
+ * direct_win.c: sequence flags and their waits, done flags published in batches, LL words, and
+ * zero-copy publishing of a rank's input. Private to algorithms/direct*.c.
+ */
+#ifndef CHORUS_DIRECT_WIN_H
+#define CHORUS_DIRECT_WIN_H
+
+#include <stddef.h>
+
+#include "algo.h"
+
+static inline direct_hdr_t *hdr(const direct_view_t *v, int r)
+{
+    return (direct_hdr_t *)(void *)v->base[r];
+}
+
+static inline char *buf(const direct_view_t *v, int r, uint64_t s)
+{
+    return v->base[r] + DIRECT_HDR_NBYTES + (size_t)(s & 1) * v->buf_nbytes;
+}
+
+#define OFF_READY(s) (offsetof(direct_hdr_t, ready) + (size_t)((s)&1) * sizeof(fifo_flag_t))
+#define OFF_REDUCED offsetof(direct_hdr_t, reduced)
+#define OFF_DONE offsetof(direct_hdr_t, done)
+
+#define LL_LAG DIRECT_LL_SLOTS
+#define LL_PART_WORDS(nbytes) (((nbytes) + 3) / 4)
+/* How many pieces ahead a rank that only reads LL pieces prefetches the writer's slot. */
+#define LL_PREFETCH 4
+/* All-reduce pieces go LL up to 64 bytes (2 lines of words): from 128 a flag then the data in the
+ * window buffer is faster (2 ranks, 128 B: 0.61-0.62 us against 0.74-0.75 LL; 64 B: 0.54 LL
+ * against 0.60-0.61), since every rank both writes and waits and nothing runs ahead. */
+#define LL_ALLREDUCE_NBYTES 64
+
+/* This rank has read everything it reads of piece s: publish it now, or (lazy) batched. */
+void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy);
+/* Wait until rank r's flag (ready, reduced or done, at offset off in its header) reaches s. */
+chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_t off, uint64_t s,
+                                const char *what);
+/* Wait for every other rank's flag, starting after this rank (spreads who waits on whom). */
+chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, uint64_t s,
+                               const char *what);
+/* Start piece s: wait until every rank has finished reading piece s - lag, whose buffer (lag 2:
+ * s % 2) or LL slot (lag DIRECT_LL_SLOTS: s % DIRECT_LL_SLOTS) piece s reuses. A done flag read
+ * once covers the pieces it is ahead by: most calls read none. */
+chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p, uint64_t lag);
+/* Write nparts parts of part_nbytes each (part k at src + k * stride) as LL words of piece s,
+ * part k from word k * LL_PART_WORDS(part_nbytes); then the ready flag. */
+void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
+                     size_t part_nbytes, size_t stride);
+/* Read nbytes of rank r's LL words of piece s, from word first, into dst: passes over the words
+ * until all carry s, then sleeps on r's ready flag (set after them). */
+chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t first,
+                              void *dst, size_t nbytes);
+/* out = LL input of rank 0 op rank 1 op ... (rank order), each read from word first; avg's
+ * division last. */
+chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
+                                    void *out, size_t count);
+/* Zero-copy: 1 (and *ref) when this rank's input in[0, nbytes) can be read in place by its
+ * peers: it lies in a chorusMemAlloc region and this rank writes none of it during the call (out,
+ * out_nbytes: what it writes; NULL: nothing). */
+int direct_zc_expose(const direct_view_t *v, const void *in, size_t nbytes, const void *out,
+                     size_t out_nbytes, mem_ref_t *ref);
+/* Publish this rank's input of piece s, len elements from element off of in: in place at ref
+ * (zero-copy), or copied into its window buffer (ref NULL). */
+void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const mem_ref_t *ref,
+                          const char *in, size_t off, size_t len);
+/* Rank r's input of piece s, nbytes, once its ready flag is seen: its window buffer, or its own
+ * memory read in place (this rank's: mine, when it exposed it). */
+chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
+                               size_t nbytes, char **src);
+/* Zero-copy, at the end of a call: peers read this rank's memory until their done flags reach
+ * s, the call's last piece; the caller may change it once this returns. */
+chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s);
+/* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
+void direct_reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count);
+
+#endif /* CHORUS_DIRECT_WIN_H */
