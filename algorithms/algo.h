@@ -84,14 +84,23 @@ chorusResult_t tree_reduce_program(const channel_work_t *w);
 #define DIRECT_HDR_NBYTES 20480
 #define DIRECT_MAX_RANKS 256
 /* Small pieces go as LL words (direct.c): 64 slots of 32 words, 4 data bytes each. Up to 128
- * bytes (all-reduce: 64, see direct.c) LL beat a flag then the data (2 ranks, 64 B all-reduce:
- * 0.57 us against 0.68-0.71); from 256 bytes the doubled lines cost more than the serial read
- * saves (1.0 us against 0.7).
- * A rank that only writes (broadcast root) runs up to 64 pieces ahead: 4 ranks on 2 cores, 8 B
- * broadcast, 0.4-0.6 us against 2.0 with 8 slots. */
+ * bytes (all-reduce: tagged lines instead, below) LL beat a flag then the data (2 ranks, 64 B
+ * all-reduce: 0.57 us against 0.68-0.71); from 256 bytes the doubled lines cost more than the
+ * serial read saves (1.0 us against 0.7). A rank that only writes (broadcast root) runs up to 64
+ * pieces ahead: 4 ranks on 2 cores, 8 B broadcast, 0.4-0.6 us against 2.0 with 8 slots. */
 #define DIRECT_LL_SLOTS 64
 #define DIRECT_LL_WORDS 32
 #define DIRECT_LL_NBYTES (DIRECT_LL_WORDS * 4)
+/* Tagged lines (direct_win.c): a piece of up to DIRECT_LINES_NBYTES as 64-byte lines, each the
+ * piece number then 56 data bytes, so a reader has the data when it sees the numbers (one
+ * transfer between cores, not a flag's then the data's) at 7/8 of the bytes LL words cost. */
+#define DIRECT_LINE_DATA 56
+#define DIRECT_LINES 8
+#define DIRECT_LINES_NBYTES (DIRECT_LINES * DIRECT_LINE_DATA)
+typedef struct direct_line {
+    uint64_t tag; /* the piece number, stored (release) after the data */
+    unsigned char data[DIRECT_LINE_DATA];
+} direct_line_t;
 typedef struct direct_hdr {
     fifo_flag_t ready[2]; /* [s % 2]: the rank's input of piece s is in its buffer (or, up to 48
                            * bytes, in the flag's payload, or in LL words) */
@@ -100,6 +109,8 @@ typedef struct direct_hdr {
     /* [s % DIRECT_LL_SLOTS]: a small piece s, each word (s mod 2^32) << 32 | 4 data bytes */
     _Alignas(64) uint64_t ll[DIRECT_LL_SLOTS][DIRECT_LL_WORDS];
     uint64_t ll_fresh[DIRECT_LL_SLOTS]; /* the owner's own: when it last wrote a whole slot */
+    /* [s % 2]: piece s as tagged lines (only ever written as such: no data word reads as a tag) */
+    _Alignas(64) direct_line_t lines[2][DIRECT_LINES];
 } direct_hdr_t;
 _Static_assert(sizeof(direct_hdr_t) <= DIRECT_HDR_NBYTES, "direct window header too large");
 

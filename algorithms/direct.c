@@ -26,7 +26,8 @@
  * rank then waits, before it returns, until every peer's done flag shows the call's last piece
  * read. Ranks decide this each for itself, so buffers of both kinds mix in one call.
  *
- * The flags, waits, LL words and zero-copy steps these are written with live in direct_win.c.
+ * The flags, waits, LL words, tagged lines and zero-copy steps these are written with live in
+ * direct_win.c.
  *
  * Each result element is computed by one rank in one fixed order (rank order; two-shot: the
  * part's owner first, then the others in rank order) and copied from there, so the result is
@@ -51,12 +52,12 @@ static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_a
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         int inline_ = len * es <= sizeof(hdr(v, me)->ready[0].payload);
-        int ll = !inline_ && len * es <= LL_ALLREDUCE_NBYTES;
-        CHECK(direct_piece_begin(p, v, &s, ll ? LL_LAG : 2));
+        int lines = !inline_ && !twoshot && len * es <= LINES_ALLREDUCE_NBYTES;
+        CHECK(direct_piece_begin(p, v, &s, 2));
         char *out = (char *)a->recvbuff + off * es;
-        if (ll) {
-            direct_ll_write(v, s, in + off * es, 1, len * es, 0);
-            CHECK(direct_ll_reduce_all(p, v, s, 0, out, len));
+        if (lines) {
+            direct_lines_write(v, s, in + off * es, len * es);
+            CHECK(direct_lines_reduce_all(p, v, s, out, len));
             direct_piece_done(v, s, 0);
             continue;
         }

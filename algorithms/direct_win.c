@@ -189,6 +189,82 @@ chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t
     return chorusSuccess;
 }
 
+/*
+ * Tagged lines (up to DIRECT_LINES_NBYTES): each 64-byte line of the writer's lines[s % 2] holds
+ * 56 data bytes and the piece number, stored (release) after them; a reader that loads the
+ * number (acquire) and sees s finds the line's data after it. A reader loads every line's number
+ * in one pass, so the lines cross between cores together, and has the data when all carry s. The
+ * lines region is only ever written this way, so no data word is taken for a number. As with LL
+ * words, the writer sets its ready flag after the lines, and a reader that spun too long sleeps
+ * on it.
+ */
+void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes)
+{
+    direct_line_t *l = hdr(v, v->rank)->lines[s & 1];
+    for (size_t off = 0; off < nbytes; off += DIRECT_LINE_DATA, l++) {
+        memcpy(l->data, src + off,
+               nbytes - off < DIRECT_LINE_DATA ? nbytes - off : DIRECT_LINE_DATA);
+        __atomic_store_n(&l->tag, s, __ATOMIC_RELEASE);
+    }
+    fifo_set_flag(&hdr(v, v->rank)->ready[s & 1], s);
+}
+
+/* Copy nbytes of rank r's piece s from its tagged lines into dst once all carry s. */
+static chorusResult_t lines_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, char *dst,
+                                 size_t nbytes)
+{
+    const direct_line_t *l = hdr(v, r)->lines[s & 1];
+    size_t nl = (nbytes + DIRECT_LINE_DATA - 1) / DIRECT_LINE_DATA;
+    int64_t polls = 0;
+    int flagged = 0;
+    for (;;) {
+        int bad = 0;
+        for (size_t i = 0; i < nl; i++)
+            bad |= __atomic_load_n(&l[i].tag, __ATOMIC_ACQUIRE) != s;
+        if (!bad)
+            break;
+        if (flagged)
+            return ERR(chorusInternalError, SUB_COLL,
+                       "rank %d published piece %llu but some of its tagged lines carry another "
+                       "piece",
+                       r, (unsigned long long)s);
+        if (polls == 0)
+            done_flush(v);
+        if (++polls < p->wait.spin) {
+            fifo_cpu_relax();
+            continue;
+        }
+        CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag (lines)"));
+        flagged = 1;
+    }
+    for (size_t i = 0; i < nl; i++) {
+        size_t off = i * DIRECT_LINE_DATA;
+        memcpy(dst + off, l[i].data,
+               nbytes - off < DIRECT_LINE_DATA ? nbytes - off : DIRECT_LINE_DATA);
+    }
+    /* r writes piece s only after finishing piece s - 1 (done included). */
+    if (v->done_seen[r] < s - 1)
+        v->done_seen[r] = s - 1;
+    return chorusSuccess;
+}
+
+/* out = tagged-line input of rank 0 op rank 1 op ... (rank order); avg's division last. This
+ * rank's own input is read back from its lines too (out may be its input: in place). */
+chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, void *out,
+                                       size_t count)
+{
+    _Alignas(64) char tmp[DIRECT_LINES_NBYTES];
+    size_t nbytes = count * p->esize;
+    CHECK(lines_read(p, v, 0, s, out, nbytes));
+    for (int r = 1; r < v->nranks; r++) {
+        CHECK(lines_read(p, v, r, s, tmp, nbytes));
+        p->ops->reduce(out, out, tmp, count, p->dtype, p->op);
+    }
+    if (p->divisor)
+        p->ops->divide(out, out, count, p->dtype, p->divisor);
+    return chorusSuccess;
+}
+
 _Static_assert(sizeof(mem_ref_t) <= sizeof(((fifo_flag_t *)0)->payload),
                "a mem_ref_t rides in a ready flag's payload");
 

@@ -28,10 +28,12 @@ static inline char *buf(const direct_view_t *v, int r, uint64_t s)
 #define LL_PART_WORDS(nbytes) (((nbytes) + 3) / 4)
 /* How many pieces ahead a rank that only reads LL pieces prefetches the writer's slot. */
 #define LL_PREFETCH 4
-/* All-reduce pieces go LL up to 64 bytes (2 lines of words): from 128 a flag then the data in the
- * window buffer is faster (2 ranks, 128 B: 0.61-0.62 us against 0.74-0.75 LL; 64 B: 0.54 LL
- * against 0.60-0.61), since every rank both writes and waits and nothing runs ahead. */
-#define LL_ALLREDUCE_NBYTES 64
+/* All-reduce pieces from 49 bytes (more than a ready flag's payload) up to 5 lines go as tagged
+ * lines (2 ranks, interleaved: 64 B 0.48-0.51 us against 0.57-0.60 as LL words; 128 B 0.47-0.55
+ * against 0.61-0.64 and 256 B 0.53-0.57 against 0.59-0.67 as a flag then the window buffer);
+ * from 512 B the buffer is faster (0.64 against 0.73-0.82), since the reader copies the lines
+ * out before it reduces and polls more lines than the writer has written. */
+#define LINES_ALLREDUCE_NBYTES (5 * DIRECT_LINE_DATA)
 
 /* This rank has read everything it reads of piece s: publish it now, or (lazy) batched. */
 void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy);
@@ -53,6 +55,12 @@ void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, int np
  * until all carry s, then sleeps on r's ready flag (set after them). */
 chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t first,
                               void *dst, size_t nbytes);
+/* Write nbytes (up to DIRECT_LINES_NBYTES) from src as piece s's tagged lines; then the ready
+ * flag. */
+void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes);
+/* out = tagged-line input of rank 0 op rank 1 op ... (rank order); avg's division last. */
+chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, void *out,
+                                       size_t count);
 /* out = LL input of rank 0 op rank 1 op ... (rank order), each read from word first; avg's
  * division last. */
 chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
