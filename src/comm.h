@@ -162,6 +162,12 @@ chorusResult_t comm_op_started(chorusComm_t comm, const char *fn);
 /* Why comm stopped: the first failure it learned of, else its last error (under state_lock). */
 void comm_failure_text(chorusComm_t comm, char *buf, size_t len);
 void comm_op_finished(chorusComm_t comm, chorusResult_t res);
+/* As comm_op_started/finished for a call run at once on this thread: counted in the thread's call
+ * slot (no lock, no locked add) when it has no other call under way; held says how to finish. */
+chorusResult_t comm_call_enter(chorusComm_t comm, const char *fn, int *held);
+void comm_call_leave(chorusComm_t comm, chorusResult_t res, int held);
+/* Operations of comm queued or running (counted either way). */
+int comm_calls_running(chorusComm_t comm);
 /* Wait until no operation of comm is queued or running. */
 chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms);
 

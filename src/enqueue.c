@@ -546,7 +546,8 @@ static chorusResult_t issue(comm_op_t *op)
 {
     /* Counted before anything reads the communicator: a concurrent chorusCommAbort either
      * refuses this call here or waits for it before freeing the communicator. */
-    CHECK(comm_op_started(op->comm, coll_name(op->args.kind)));
+    int held;
+    CHECK(comm_call_enter(op->comm, coll_name(op->args.kind), &held));
     int on_device = 0;
     chorusResult_t res = check_op(op, &on_device);
     if (res == chorusSuccess && on_device) {
@@ -559,13 +560,13 @@ static chorusResult_t issue(comm_op_t *op)
         res = comm_exec(op->comm, op, 1);
         /* Records the error text in the communicator; after it, a concurrent chorusCommAbort
          * may free the communicator, so it is not touched again. */
-        comm_op_finished(op->comm, res);
+        comm_call_leave(op->comm, res, held);
         return res;
     }
     if (res == chorusSuccess) /* a group or a stream counts the operation again when it runs */
         res = group_active() ? group_add(op) : stream_enqueue(op->stream, op, 1);
     res = comm_api_return(op->comm, res);
-    comm_op_finished(op->comm, chorusSuccess); /* this call's count: nothing ran */
+    comm_call_leave(op->comm, chorusSuccess, held); /* this call's count: nothing ran */
     return res;
 }
 
