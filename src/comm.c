@@ -30,8 +30,8 @@ static int gone_next;
 /* Bumped whenever a handle leaves the live set: a thread's last "live" answer for a handle
  * stands until then (the check every call makes takes no lock). */
 static uint64_t registry_gen;
-static __thread const void *checked_comm;
-static __thread uint64_t checked_gen;
+static __thread const void *checked_comm TLS_HOT;
+static __thread uint64_t checked_gen TLS_HOT;
 
 chorusResult_t comm_register(chorusComm_t comm)
 {
@@ -202,7 +202,7 @@ typedef struct call_slot {
 } call_slot_t;
 
 static call_slot_t *slot_list; /* grows under registry_lock */
-static __thread call_slot_t *my_slot;
+static __thread call_slot_t *my_slot TLS_HOT;
 static pthread_key_t slot_key;
 static int slot_key_ok;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;

@@ -300,7 +300,7 @@ typedef struct cuda_async {
     int busy, stop;
 } cuda_async_t;
 
-static __thread int is_worker;
+static __thread int is_worker TLS_HOT;
 
 int cuda_stage_is_worker(void)
 {

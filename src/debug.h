@@ -12,6 +12,11 @@
 
 #include "chorus.h"
 
+/* Small thread-local words every call reads: the initial-exec model (a fixed offset from the
+ * thread pointer) instead of a __tls_get_addr call each (7% of a 1-rank call's profile). They
+ * take a few dozen bytes of the static TLS that glibc keeps for libraries loaded later. */
+#define TLS_HOT __attribute__((tls_model("initial-exec")))
+
 enum { LOG_NONE = 0, LOG_VERSION = 1, LOG_WARN = 2, LOG_INFO = 3, LOG_TRACE = 4 };
 enum {
     SUB_INIT = 1 << 0,

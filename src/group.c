@@ -12,7 +12,7 @@
 #include "comm.h"
 #include "debug.h"
 
-static __thread int group_depth;
+static __thread int group_depth TLS_HOT;
 static __thread comm_op_t *group_ops;
 static __thread int group_nops, group_cap;
 
