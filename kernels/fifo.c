@@ -80,6 +80,33 @@ void fifo_fence_heavy(void)
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
+void fifo_excl_lock(fifo_excl_t *l)
+{
+    if (__atomic_exchange_n(&l->held, 1, __ATOMIC_ACQUIRE) == 0)
+        return;
+    for (int i = 0; i < 64; i++) {
+        fifo_cpu_relax();
+        if (__atomic_load_n(&l->held, __ATOMIC_RELAXED) == 0 &&
+            __atomic_exchange_n(&l->held, 1, __ATOMIC_ACQUIRE) == 0)
+            return;
+    }
+    __atomic_add_fetch(&l->waiters, 1, __ATOMIC_SEQ_CST);
+    fifo_fence_heavy();
+    while (__atomic_exchange_n(&l->held, 1, __ATOMIC_ACQUIRE) != 0) {
+        struct timespec ts = {0, FIFO_SLEEP_SLICE_NS};
+        syscall(SYS_futex, &l->held, FUTEX_WAIT_PRIVATE, 1, &ts, NULL, 0);
+    }
+    __atomic_sub_fetch(&l->waiters, 1, __ATOMIC_SEQ_CST);
+}
+
+void fifo_excl_unlock(fifo_excl_t *l)
+{
+    __atomic_store_n(&l->held, 0, __ATOMIC_RELEASE);
+    fifo_fence_light();
+    if (__atomic_load_n(&l->waiters, __ATOMIC_RELAXED) != 0)
+        syscall(SYS_futex, &l->held, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 static int prefetchw_state; /* 0: not asked yet; 1: the CPU has PREFETCHW; 2: it has not */
 

@@ -146,6 +146,17 @@ int64_t fifo_now_ns(void);
 void fifo_fence_setup(void);
 void fifo_fence_light(void);
 void fifo_fence_heavy(void);
+/* A lock held for a whole operation (a communicator's exec lock): one locked exchange takes it
+ * and a plain store gives it back (a pthread mutex costs a locked instruction each way). A
+ * waiter counts itself, passes the heavy fence, and sleeps on the futex in slices; the holder
+ * stores, passes the light fence, then reads the count: either the waiter sees the lock free or
+ * the holder sees the waiter and wakes it. Zeroed memory is an unlocked lock. */
+typedef struct fifo_excl {
+    uint32_t held;
+    uint32_t waiters;
+} fifo_excl_t;
+void fifo_excl_lock(fifo_excl_t *l);
+void fifo_excl_unlock(fifo_excl_t *l);
 /* Ask for the cache lines of [p, p + nbytes) ahead of use, without waiting: to be read, or to be
  * written (PREFETCHW where the CPU has it: the line arrives exclusive, so later stores to it do
  * not wait for another core to give it up). Hints only. */

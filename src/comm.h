@@ -88,7 +88,7 @@ struct chorusComm {
     comm_conn_t *p2p_send; /* [nranks], built on first use */
     comm_conn_t *p2p_recv;
     exec_pool_t *pool;
-    pthread_mutex_t exec_lock; /* one operation at a time */
+    fifo_excl_t exec_lock; /* one operation at a time */
     /* Waits stop while non-zero: 1 this rank stopped (chorusCommAbort, its own failure), 2 a
      * failure this rank learned of (health.c). */
     uint32_t abort_flag;
@@ -100,8 +100,9 @@ struct chorusComm {
     uint64_t p2p_calls; /* point-to-point batches run, for error messages */
     int in_op; /* an operation is running */
     uint32_t status_queries; /* status exchanges this rank started */
-    int queued; /* operations issued and not yet finished (streams included); atomic reads,
-                 * counted up under the registry lock; the decrement is a call's last touch */
+    int queued; /* operations issued and not yet finished (streams included) but for those
+                 * counted in call slots (comm.c); atomic reads, counted up under the registry
+                 * lock; the decrement is a call's last touch */
     void *stage_base; /* pinned arena for device buffers (cuda_stage.c), under exec_lock */
     size_t stage_nbytes;
     void *stage_ctx; /* the CUDA context that allocated it */

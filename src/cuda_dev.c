@@ -334,11 +334,11 @@ chorusResult_t cuda_dev_prepare(chorusComm_t comm, const char *fn, void *ctx)
         return dev_state(comm, fn, ctx); /* made: only checks the context */
     /* Earlier batches may still use the bootstrap on the worker (their connections). */
     CHECK(cuda_stage_drain(comm));
-    pthread_mutex_lock(&comm->exec_lock);
+    fifo_excl_lock(&comm->exec_lock);
     chorusResult_t res = dev_state(comm, fn, ctx);
     if (res == chorusSuccess)
         res = dev_connect(comm);
-    pthread_mutex_unlock(&comm->exec_lock);
+    fifo_excl_unlock(&comm->exec_lock);
     return res;
 }
 

@@ -460,7 +460,7 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
             return res;
         CHECK(cuda_stage_drain(comm));
     }
-    pthread_mutex_lock(&comm->exec_lock);
+    fifo_excl_lock(&comm->exec_lock);
     /* Collectives in issue order, then every send/recv of the batch as one progress loop: a
      * group's point-to-point calls must all progress together (their connections too), whatever
      * collectives stand between them. Every rank orders its group the same way. */
@@ -538,7 +538,7 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     __atomic_store_n(&comm->in_op, 0, __ATOMIC_RELEASE);
     free(p2p);
     free(staged);
-    pthread_mutex_unlock(&comm->exec_lock);
+    fifo_excl_unlock(&comm->exec_lock);
     return res;
 }
 

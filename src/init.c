@@ -326,7 +326,6 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     comm->magic = COMM_MAGIC;
     comm->rank = rank;
     comm->nranks = nranks;
-    pthread_mutex_init(&comm->exec_lock, NULL);
     pthread_mutex_init(&comm->state_lock, NULL);
     CHECK_GOTO(params_load(&comm->params), res, err);
     CHECK_GOTO(apply_config(comm, config), res, err);
@@ -420,7 +419,6 @@ void comm_free(chorusComm_t comm)
     free(comm->peers);
     free(comm->p2p_send);
     free(comm->p2p_recv);
-    pthread_mutex_destroy(&comm->exec_lock);
     pthread_mutex_destroy(&comm->state_lock);
     comm->magic = COMM_DEAD_MAGIC;
     free(comm);

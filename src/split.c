@@ -30,9 +30,9 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
         goto out;
     }
     all[comm->rank] = (split_entry_t){color < 0 ? -1 : color, key, comm->rank, 0};
-    pthread_mutex_lock(&comm->exec_lock);
+    fifo_excl_lock(&comm->exec_lock);
     res = boot_allgather(comm->boot, all, sizeof(*all));
-    pthread_mutex_unlock(&comm->exec_lock);
+    fifo_excl_unlock(&comm->exec_lock);
     if (res != chorusSuccess)
         goto out;
     *newcomm = NULL;
