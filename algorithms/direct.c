@@ -51,25 +51,12 @@ static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_a
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        int inline_ = len * es <= sizeof(hdr(v, me)->ready[0].payload);
-        int lines = !inline_ && !twoshot && len * es <= LINES_ALLREDUCE_NBYTES;
+        int lines = !twoshot && len * es <= LINES_MAX_NBYTES;
         CHECK(direct_piece_begin(p, v, &s, 2));
         char *out = (char *)a->recvbuff + off * es;
         if (lines) {
-            direct_lines_write(v, s, in + off * es, len * es);
-            CHECK(direct_lines_reduce_all(p, v, s, out, len));
-            direct_piece_done(v, s, 0);
-            continue;
-        }
-        if (inline_) {
-            /* Small: the data rides in the ready flag's cache line. */
-            fifo_flag_t *mine = &hdr(v, me)->ready[s & 1];
-            memcpy(mine->payload, in + off * es, len * es);
-            fifo_set_flag(mine, s);
-            CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
-            for (int r = 0; r < n; r++)
-                srcs[r] = (char *)hdr(v, r)->ready[s & 1].payload;
-            direct_reduce_list(p, out, srcs, n, len);
+            direct_lines_write(v, s, in + off * es, 1, len * es, 0);
+            CHECK(direct_lines_reduce_all(p, v, s, 0, out, len));
             direct_piece_done(v, s, 0);
             continue;
         }
@@ -270,28 +257,15 @@ static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v, const co
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         uint64_t s;
-        int inline_ = (size_t)n * len * es <= sizeof(hdr(v, me)->ready[0].payload);
-        int ll = !inline_ && (size_t)n * LL_PART_WORDS(len * es) <= DIRECT_LL_WORDS;
-        CHECK(direct_piece_begin(p, v, &s, ll ? LL_LAG : 2));
-        if (ll) {
-            /* Part r of this rank's input at word r * LL_PART_WORDS; rank i reduces part i. */
-            direct_ll_write(v, s, (const char *)a->sendbuff + off * es, n, len * es, a->count * es);
-            CHECK(direct_ll_reduce_all(p, v, s, (size_t)me * LL_PART_WORDS(len * es),
-                                       (char *)a->recvbuff + off * es, len));
-            direct_piece_done(v, s, 0);
-            continue;
-        }
-        if (inline_) {
-            /* Small: all n parts ride in the ready flag's cache line, part r at r * len. */
-            fifo_flag_t *mine = &hdr(v, me)->ready[s & 1];
-            for (int r = 0; r < n; r++)
-                memcpy(mine->payload + (size_t)r * len * es,
-                       (const char *)a->sendbuff + ((size_t)r * a->count + off) * es, len * es);
-            fifo_set_flag(mine, s);
-            CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
-            for (int r = 0; r < n; r++)
-                srcs[r] = (char *)hdr(v, r)->ready[s & 1].payload + (size_t)me * len * es;
-            direct_reduce_list(p, (char *)a->recvbuff + off * es, srcs, n, len);
+        int lines = (size_t)n * len * es <= LINES_MAX_NBYTES;
+        CHECK(direct_piece_begin(p, v, &s, 2));
+        if (lines) {
+            /* Part r of this rank's input at byte r * len * es of its lines; rank i reduces
+             * part i. */
+            direct_lines_write(v, s, (const char *)a->sendbuff + off * es, n, len * es,
+                               a->count * es);
+            CHECK(direct_lines_reduce_all(p, v, s, (size_t)me * len * es,
+                                          (char *)a->recvbuff + off * es, len));
             direct_piece_done(v, s, 0);
             continue;
         }

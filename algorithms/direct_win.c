@@ -198,8 +198,16 @@ chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t
  * words, the writer sets its ready flag after the lines, and a reader that spun too long sleeps
  * on it.
  */
-void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes)
+void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
+                        size_t part_nbytes, size_t stride)
 {
+    _Alignas(64) char tmp[DIRECT_LINES_NBYTES];
+    size_t nbytes = (size_t)nparts * part_nbytes;
+    if (nparts > 1) { /* gathered first: the lines take a stream */
+        for (int k = 0; k < nparts; k++)
+            memcpy(tmp + (size_t)k * part_nbytes, src + (size_t)k * stride, part_nbytes);
+        src = tmp;
+    }
     direct_line_t *l = hdr(v, v->rank)->lines[s & 1];
     for (size_t off = 0; off < nbytes; off += DIRECT_LINE_DATA, l++) {
         memcpy(l->data, src + off,
@@ -209,17 +217,20 @@ void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, siz
     fifo_set_flag(&hdr(v, v->rank)->ready[s & 1], s);
 }
 
-/* Copy nbytes of rank r's piece s from its tagged lines into dst once all carry s. */
-static chorusResult_t lines_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, char *dst,
-                                 size_t nbytes)
+/* Copy bytes [first, first + nbytes) of rank r's piece s from its tagged lines into dst once
+ * the lines that hold them all carry s. */
+chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint64_t s,
+                                 size_t first, void *dst, size_t nbytes)
 {
+    if (nbytes == 0)
+        return chorusSuccess;
     const direct_line_t *l = hdr(v, r)->lines[s & 1];
-    size_t nl = (nbytes + DIRECT_LINE_DATA - 1) / DIRECT_LINE_DATA;
+    size_t l0 = first / DIRECT_LINE_DATA, l1 = (first + nbytes - 1) / DIRECT_LINE_DATA + 1;
     int64_t polls = 0;
     int flagged = 0;
     for (;;) {
         int bad = 0;
-        for (size_t i = 0; i < nl; i++)
+        for (size_t i = l0; i < l1; i++)
             bad |= __atomic_load_n(&l[i].tag, __ATOMIC_ACQUIRE) != s;
         if (!bad)
             break;
@@ -237,10 +248,13 @@ static chorusResult_t lines_read(prims_t *p, const direct_view_t *v, int r, uint
         CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag (lines)"));
         flagged = 1;
     }
-    for (size_t i = 0; i < nl; i++) {
-        size_t off = i * DIRECT_LINE_DATA;
-        memcpy(dst + off, l[i].data,
-               nbytes - off < DIRECT_LINE_DATA ? nbytes - off : DIRECT_LINE_DATA);
+    char *d = dst;
+    for (size_t pos = first, end = first + nbytes; pos < end;) {
+        size_t i = pos / DIRECT_LINE_DATA, in_line = pos - i * DIRECT_LINE_DATA;
+        size_t k = DIRECT_LINE_DATA - in_line < end - pos ? DIRECT_LINE_DATA - in_line : end - pos;
+        memcpy(d, l[i].data + in_line, k);
+        d += k;
+        pos += k;
     }
     /* r writes piece s only after finishing piece s - 1 (done included). */
     if (v->done_seen[r] < s - 1)
@@ -248,16 +262,17 @@ static chorusResult_t lines_read(prims_t *p, const direct_view_t *v, int r, uint
     return chorusSuccess;
 }
 
-/* out = tagged-line input of rank 0 op rank 1 op ... (rank order); avg's division last. This
- * rank's own input is read back from its lines too (out may be its input: in place). */
-chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, void *out,
-                                       size_t count)
+/* out = tagged-line input of rank 0 op rank 1 op ... (rank order), each from byte first of its
+ * stream; avg's division last. This rank's own input is read back from its lines too (out may
+ * be its input: in place). */
+chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
+                                       void *out, size_t count)
 {
     _Alignas(64) char tmp[DIRECT_LINES_NBYTES];
     size_t nbytes = count * p->esize;
-    CHECK(lines_read(p, v, 0, s, out, nbytes));
+    CHECK(direct_lines_read(p, v, 0, s, first, out, nbytes));
     for (int r = 1; r < v->nranks; r++) {
-        CHECK(lines_read(p, v, r, s, tmp, nbytes));
+        CHECK(direct_lines_read(p, v, r, s, first, tmp, nbytes));
         p->ops->reduce(out, out, tmp, count, p->dtype, p->op);
     }
     if (p->divisor)

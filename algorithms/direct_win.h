@@ -28,12 +28,14 @@ static inline char *buf(const direct_view_t *v, int r, uint64_t s)
 #define LL_PART_WORDS(nbytes) (((nbytes) + 3) / 4)
 /* How many pieces ahead a rank that only reads LL pieces prefetches the writer's slot. */
 #define LL_PREFETCH 4
-/* All-reduce pieces from 49 bytes (more than a ready flag's payload) up to 5 lines go as tagged
- * lines (2 ranks, interleaved: 64 B 0.48-0.51 us against 0.57-0.60 as LL words; 128 B 0.47-0.55
- * against 0.61-0.64 and 256 B 0.53-0.57 against 0.59-0.67 as a flag then the window buffer);
- * from 512 B the buffer is faster (0.64 against 0.73-0.82), since the reader copies the lines
- * out before it reduces and polls more lines than the writer has written. */
-#define LINES_ALLREDUCE_NBYTES (5 * DIRECT_LINE_DATA)
+/* All-reduce and reduce-scatter pieces up to 5 lines go as tagged lines. 2 ranks, all-reduce,
+ * interleaved runs: 8 B 0.41-0.44 us against 0.54-0.56 in a ready flag's payload (the line the
+ * reader polls, which the writer also reads for sleepers); 64 B 0.48-0.51 against 0.57-0.60 as
+ * LL words; 128 B 0.47-0.55 and 256 B 0.53-0.57 against 0.61-0.64 and 0.59-0.67 as a flag then
+ * the window buffer. From 512 B the buffer is faster (0.64 against 0.73-0.82; reduce-scatter
+ * 0.61-0.63 against 0.67-0.72), since the reader copies the lines out before it reduces and
+ * polls lines the writer has not written yet. */
+#define LINES_MAX_NBYTES (5 * DIRECT_LINE_DATA)
 
 /* This rank has read everything it reads of piece s: publish it now, or (lazy) batched. */
 void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy);
@@ -55,12 +57,18 @@ void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, int np
  * until all carry s, then sleeps on r's ready flag (set after them). */
 chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t first,
                               void *dst, size_t nbytes);
-/* Write nbytes (up to DIRECT_LINES_NBYTES) from src as piece s's tagged lines; then the ready
- * flag. */
-void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes);
-/* out = tagged-line input of rank 0 op rank 1 op ... (rank order); avg's division last. */
-chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, void *out,
-                                       size_t count);
+/* Write nparts parts of part_nbytes each (part k at src + k * stride; up to DIRECT_LINES_NBYTES
+ * in all) one after the other as piece s's tagged lines; then the ready flag. */
+void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
+                        size_t part_nbytes, size_t stride);
+/* Copy bytes [first, first + nbytes) of rank r's tagged lines of piece s into dst: passes over
+ * the lines that hold them until all carry s, then sleeps on r's ready flag (set after them). */
+chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint64_t s,
+                                 size_t first, void *dst, size_t nbytes);
+/* out = tagged-line input of rank 0 op rank 1 op ... (rank order), each from byte first;
+ * avg's division last. */
+chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
+                                       void *out, size_t count);
 /* out = LL input of rank 0 op rank 1 op ... (rank order), each read from word first; avg's
  * division last. */
 chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
