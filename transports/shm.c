@@ -191,7 +191,10 @@ chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int 
                    peer, strerror(errno));
     if (create)
         CHECK_GOTO(shm_allocate(fd, name, nbytes, peer, window), res, err_unlink);
-    void *map = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* A peer's mapping is filled in now too (MAP_POPULATE), as the creator's is by the memset
+     * below: no page faults in the first collectives. */
+    void *map =
+        mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED | (create ? 0 : MAP_POPULATE), fd, 0);
     if (map == MAP_FAILED) {
         res = ERR(chorusSystemError, SUB_SHM, "mmap of %s (%zu bytes) failed: %s", name, nbytes,
                   strerror(errno));
