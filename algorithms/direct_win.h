@@ -36,6 +36,7 @@ static inline char *buf(const direct_view_t *v, int r, uint64_t s)
  * 0.61-0.63 against 0.67-0.72), since the reader copies the lines out before it reduces and
  * polls lines the writer has not written yet. */
 #define LINES_MAX_NBYTES (5 * DIRECT_LINE_DATA)
+_Static_assert(LINES_MAX_NBYTES <= DIRECT_LINES_NBYTES, "a lines piece fits the lines region");
 
 /* This rank has read everything it reads of piece s: publish it now, or (lazy) batched. */
 void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy);
