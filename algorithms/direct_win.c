@@ -132,6 +132,27 @@ void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, int np
                         pw * (size_t)nparts * sizeof(uint64_t));
 }
 
+/* A pass over rank r's LL words or tagged lines (kind) of piece s found some not there yet: the
+ * first time publish this rank's pending done flag, spin p->wait.spin passes, then sleep on r's
+ * ready flag (set after them), after which one more pass must find them all. */
+static chorusResult_t not_yet(prims_t *p, const direct_view_t *v, int r, uint64_t s, int64_t *polls,
+                              int *flagged, const char *kind)
+{
+    if (*flagged)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "rank %d published piece %llu but some of its %s carry another piece", r,
+                   (unsigned long long)s, kind);
+    if ((*polls)++ == 0)
+        done_flush(v);
+    if (*polls < p->wait.spin) {
+        fifo_cpu_relax();
+        return chorusSuccess;
+    }
+    CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag (small piece)"));
+    *flagged = 1;
+    return chorusSuccess;
+}
+
 /* Read nbytes of rank r's LL words of piece s, from word first, into dst: passes over the words
  * until all carry s, then sleeps on r's ready flag (set after them). */
 chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t first,
@@ -157,19 +178,7 @@ chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_
         }
         if (bad == 0)
             return chorusSuccess;
-        if (flagged)
-            return ERR(chorusInternalError, SUB_COLL,
-                       "rank %d published piece %llu but some of its LL words carry another "
-                       "piece",
-                       r, (unsigned long long)s);
-        if (polls == 0)
-            done_flush(v);
-        if (++polls < p->wait.spin) {
-            fifo_cpu_relax();
-            continue;
-        }
-        CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag (LL)"));
-        flagged = 1;
+        CHECK(not_yet(p, v, r, s, &polls, &flagged, "LL words"));
     }
 }
 
@@ -234,19 +243,7 @@ chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint
             bad |= __atomic_load_n(&l[i].tag, __ATOMIC_ACQUIRE) != s;
         if (!bad)
             break;
-        if (flagged)
-            return ERR(chorusInternalError, SUB_COLL,
-                       "rank %d published piece %llu but some of its tagged lines carry another "
-                       "piece",
-                       r, (unsigned long long)s);
-        if (polls == 0)
-            done_flush(v);
-        if (++polls < p->wait.spin) {
-            fifo_cpu_relax();
-            continue;
-        }
-        CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag (lines)"));
-        flagged = 1;
+        CHECK(not_yet(p, v, r, s, &polls, &flagged, "tagged lines"));
     }
     char *d = dst;
     for (size_t pos = first, end = first + nbytes; pos < end;) {
