@@ -300,8 +300,7 @@ chorusResult_t comm_op_started(chorusComm_t comm, const char *fn)
                : ERR(chorusInvalidUsage, SUB_COLL, "%s: the communicator was aborted", fn);
 }
 
-/* The decrement is the call's last touch of comm: a waiter in comm_wait_idle that sees the count
- * reach 0 may free the communicator at once. A failure is recorded under state_lock before it. */
+/* A failed call leaves the communicator unusable: recorded under state_lock. */
 static void op_failed(chorusComm_t comm, chorusResult_t res)
 {
     if (res != chorusSuccess) {
@@ -315,6 +314,8 @@ static void op_failed(chorusComm_t comm, chorusResult_t res)
     }
 }
 
+/* The decrement is the call's last touch of comm: a waiter in comm_wait_idle that sees the count
+ * reach 0 may free the communicator at once. A failure is recorded before it. */
 void comm_op_finished(chorusComm_t comm, chorusResult_t res)
 {
     op_failed(comm, res);
