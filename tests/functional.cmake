@@ -5,7 +5,8 @@
 #   split_threads_8            chorusCommSplit: colors, keys, NOCOLOR, split of a split
 #   env_init                   chorusCommInitEnv in separate processes (CHORUS_* and torchrun vars)
 #   uniqueid                   distinct ids; the root refuses rogue connections and keeps serving
-#   lifecycle                  init/destroy loop without leaks, abort, finalize, queries
+#   lifecycle                  init/destroy loop without leaks, abort, finalize, queries, the
+#                              exec lock and one communicator called from four threads
 #   p2p_group_mixed_threads_3  a group {send, all-reduce, recv} (fails until enqueue.c runs a
 #                              group's sends and receives as one progress loop around collectives)
 #   lifecycle_asan             lifecycle under AddressSanitizer (fails until an aborted call stops

@@ -16,6 +16,9 @@
  *    every code (and non-empty for an unknown one); chorusCommCount/UserRank/CuDevice give n, the
  *    rank and -1; NULL outputs and a NULL comm are chorusInvalidArgument (Destroy/Abort of NULL
  *    may also be a no-op, as in NCCL); a 1-rank communicator runs every collective as a copy.
+ * 5. The exec lock (fifo_excl_t) keeps a plain counter exact under four threads and a holder
+ *    that makes the others sleep; four threads calling one communicator at once: every call
+ *    right, each counted once.
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
 #define _GNU_SOURCE
@@ -29,7 +32,7 @@
 #include <unistd.h>
 
 #include "chorus.h"
-#include "comm.h" /* only for comm_calls_running in the abort test */
+#include "comm.h" /* comm_calls_running (abort) and the collective counts (5) */
 #include "harness.h"
 
 static int count_fds(void)
@@ -315,6 +318,118 @@ static void finalize(void)
                            "finished");
 }
 
+/* ---- 5. one communicator, several threads ---- */
+
+enum { SHARED_THREADS = 4, SHARED_CALLS = 20000 };
+
+typedef struct shared_caller {
+    chorusComm_t comm;
+    int id, bad;
+} shared_caller_t;
+
+static void *shared_thread(void *arg)
+{
+    shared_caller_t *c = arg;
+    for (int i = 0; i < SHARED_CALLS && c->bad == 0; i++) {
+        int32_t in[2] = {c->id * SHARED_CALLS + i, -i}, out[2] = {0, 0};
+        if (chorusAllReduce(in, out, 2, chorusInt32, chorusSum, c->comm, NULL) != chorusSuccess ||
+            out[0] != in[0] || out[1] != in[1])
+            c->bad = i + 1;
+    }
+    return NULL;
+}
+
+typedef struct excl_user {
+    fifo_excl_t *lock;
+    pthread_barrier_t *start;
+    long *count;
+    int hold_ms; /* > 0: take the lock once and hold it this long (a waiter must sleep) */
+} excl_user_t;
+
+static void *excl_thread(void *arg)
+{
+    excl_user_t *u = arg;
+    pthread_barrier_wait(u->start);
+    if (u->hold_ms > 0) {
+        fifo_excl_lock(u->lock);
+        struct timespec ts = {0, u->hold_ms * 1000000L};
+        nanosleep(&ts, NULL);
+        (*u->count)++;
+        fifo_excl_unlock(u->lock);
+        return NULL;
+    }
+    for (int i = 0; i < SHARED_CALLS * 5; i++) {
+        fifo_excl_lock(u->lock);
+        long v = *(volatile long *)u->count; /* a plain read and write: only the lock orders them */
+        *(volatile long *)u->count = v + 1;
+        fifo_excl_unlock(u->lock);
+    }
+    return NULL;
+}
+
+/* The exec lock itself (fifo_excl_t): threads adding to a plain counter under it lose nothing,
+ * also while one of them holds it 50 ms at a time (the others sleep on the futex and are woken). */
+static void excl_lock(void)
+{
+    long before = harness_failures, count = 0;
+    fifo_excl_t lock = {0, 0};
+    pthread_t t[SHARED_THREADS + 1];
+    excl_user_t u[SHARED_THREADS + 1];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, SHARED_THREADS + 1);
+    for (int k = 0; k <= SHARED_THREADS; k++) {
+        u[k] = (excl_user_t){&lock, &start, &count, k == SHARED_THREADS ? 50 : 0};
+        pthread_create(&t[k], NULL, excl_thread, &u[k]);
+    }
+    for (int k = 0; k <= SHARED_THREADS; k++)
+        pthread_join(t[k], NULL);
+    pthread_barrier_destroy(&start);
+    long want = (long)SHARED_THREADS * SHARED_CALLS * 5 + 1;
+    if (count != want)
+        FAIL("fifo_excl_t: %ld increments under the lock, want %ld", count, want);
+    if (lock.held != 0 || lock.waiters != 0)
+        FAIL("fifo_excl_t left held %u, waiters %u", lock.held, lock.waiters);
+    harness_report(before,
+                   "fifo_excl_t: %d threads x %d increments of a plain counter, and one "
+                   "holder of 50 ms, lose nothing",
+                   SHARED_THREADS, SHARED_CALLS * 5);
+}
+
+/* Calls on one communicator from several threads (one at a time under the exec lock): every call
+ * succeeds with its own result, and the communicator counted each collective once. */
+static void shared_comm(void)
+{
+    long before = harness_failures;
+    chorusComm_t comm;
+    chorusResult_t res = chorusCommInitAll(&comm, 1, NULL);
+    if (res != chorusSuccess) {
+        FAIL("chorusCommInitAll(1): %s: %s", chorusGetErrorString(res), chorusGetLastError(NULL));
+        return;
+    }
+    pthread_t t[SHARED_THREADS];
+    shared_caller_t c[SHARED_THREADS];
+    for (int k = 0; k < SHARED_THREADS; k++) {
+        c[k] = (shared_caller_t){comm, k, 0};
+        pthread_create(&t[k], NULL, shared_thread, &c[k]);
+    }
+    for (int k = 0; k < SHARED_THREADS; k++) {
+        pthread_join(t[k], NULL);
+        if (c[k].bad)
+            FAIL("thread %d: call %d failed or gave a wrong result", k, c[k].bad - 1);
+    }
+    uint64_t entered = __atomic_load_n(&comm->coll_entered, __ATOMIC_ACQUIRE);
+    uint64_t completed = __atomic_load_n(&comm->coll_completed, __ATOMIC_ACQUIRE);
+    if (entered != (uint64_t)SHARED_THREADS * SHARED_CALLS || completed != entered)
+        FAIL("%d threads x %d all-reduces: the communicator counted %llu entered, %llu completed",
+             SHARED_THREADS, SHARED_CALLS, (unsigned long long)entered,
+             (unsigned long long)completed);
+    CHECK_OK(chorusCommDestroy(comm));
+    harness_report(before,
+                   "%d threads x %d all-reduces on one communicator: each right, each "
+                   "counted once",
+                   SHARED_THREADS, SHARED_CALLS);
+}
+
 /* ---- 4. queries ---- */
 
 static void queries(void)
@@ -408,5 +523,7 @@ int main(void)
     abort_blocked();
     finalize();
     queries();
+    excl_lock();
+    shared_comm();
     return harness_finish("test_lifecycle");
 }
