@@ -113,12 +113,15 @@ static void proxy_fail(net_state_t *ns, net_conn_t *c, chorusResult_t res)
     }
 }
 
-/* Move what can move on one connection now; returns 1 when something did, -1 on error. */
+/* Move what can move on one connection now; returns 1 when something did, -1 on error. A post
+ * that fails (the plugin found the peer gone) still lets the requests that completed before it
+ * be published first: a peer that closed right after its last message is no error for that
+ * message's receiver. */
 static int progress_conn(net_state_t *ns, net_conn_t *c)
 {
     const net_plugin_t *pl = ns->plugin;
     int moved = 0;
-    chorusResult_t res;
+    chorusResult_t res, post_res = chorusSuccess;
     if (c->dir == CONN_SEND) {
         uint64_t tail = __atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE);
         while (c->posted < tail && c->posted - c->done < (uint64_t)c->steps) {
@@ -126,8 +129,8 @@ static int progress_conn(net_state_t *ns, net_conn_t *c)
             void *req = NULL;
             res = pl->isend(c->comm, c->slots + (size_t)s * c->slot_nbytes, c->ctrl->sizes[s],
                             c->tag, c->mhandle, &req);
-            if (res != chorusSuccess)
-                goto fail;
+            if ((post_res = res) != chorusSuccess)
+                break;
             if (req == NULL)
                 break;
             c->reqs[s] = req;
@@ -141,8 +144,8 @@ static int progress_conn(net_state_t *ns, net_conn_t *c)
             void *req = NULL;
             res = pl->irecv(c->comm, c->slots + (size_t)s * c->slot_nbytes, c->slot_nbytes, c->tag,
                             c->mhandle, &req);
-            if (res != chorusSuccess)
-                goto fail;
+            if ((post_res = res) != chorusSuccess)
+                break;
             if (req == NULL)
                 break;
             c->reqs[s] = req;
@@ -169,6 +172,8 @@ static int progress_conn(net_state_t *ns, net_conn_t *c)
             fifo_publish_tail(c->ctrl, c->done);
         }
     }
+    if ((res = post_res) != chorusSuccess)
+        goto fail;
     return moved;
 fail:
     proxy_fail(ns, c, res);

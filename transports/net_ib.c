@@ -169,6 +169,7 @@ typedef struct ib_comm {
     uint64_t moved; /* completions handled and writes posted: poll_fds sees progress by it */
     unsigned liveness;
     int failed;
+    char why[384]; /* what failed it */
 } ib_comm_t;
 
 typedef struct ib_listen {
@@ -280,6 +281,7 @@ static chorusResult_t ib_fail(ib_comm_t *c, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     c->failed = 1;
+    snprintf(c->why, sizeof(c->why), "%s", msg);
     return ERR(chorusRemoteError, SUB_NET, "IB plugin: %s %s (%s:%d): %s",
                c->is_send ? "connection to" : "connection from", c->peer, c->port->name,
                c->port->port, msg);
@@ -792,35 +794,8 @@ static chorusResult_t ib_handle_wc(ib_comm_t *c, const struct ibv_wc *wc)
     return chorusSuccess;
 }
 
-/* Look at the side channel now and then: EOF is the peer gone. */
-static chorusResult_t ib_check_alive(ib_comm_t *c, int now)
+static chorusResult_t ib_poll_all(ib_comm_t *c) /* every completion the CQ holds */
 {
-    if (!now && ++c->liveness % IB_LIVENESS_EVERY != 0)
-        return chorusSuccess;
-    char b;
-    ssize_t n = recv(c->fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
-    if (n == 0)
-        return ib_fail(c, "the peer closed the connection (process exited or closed its end)");
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        return ib_fail(c, "side channel: %s", strerror(errno));
-    return chorusSuccess;
-}
-
-/* Take completion events, handle every completion, post the writes credits allow. */
-static chorusResult_t ib_progress(ib_comm_t *c)
-{
-    if (c->failed)
-        return ERR(chorusRemoteError, SUB_NET, "IB plugin: connection %s %s failed earlier",
-                   c->is_send ? "to" : "from", c->peer);
-    const ib_verbs_t *v = c->ctx->v;
-    if (c->armed) {
-        struct ibv_cq *cq;
-        void *cq_ctx;
-        while (v->get_cq_event(c->chan, &cq, &cq_ctx) == 0) {
-            v->ack_cq_events(cq, 1);
-            c->armed = 0;
-        }
-    }
     struct ibv_wc wc[16];
     int n;
     do {
@@ -830,6 +805,42 @@ static chorusResult_t ib_progress(ib_comm_t *c)
         for (int i = 0; i < n; i++)
             CHECK(ib_handle_wc(c, &wc[i]));
     } while (n == 16);
+    return chorusSuccess;
+}
+
+/* Look at the side channel now and then: EOF is the peer gone, after the completions queued
+ * here are taken (a peer may finish and close right after its last message landed). */
+static chorusResult_t ib_check_alive(ib_comm_t *c, int now)
+{
+    if (!now && ++c->liveness % IB_LIVENESS_EVERY != 0)
+        return chorusSuccess;
+    char b;
+    ssize_t n = recv(c->fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (n == 0) {
+        CHECK(ib_poll_all(c));
+        return ib_fail(c, "the peer closed the connection (process exited or closed its end)");
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return ib_fail(c, "side channel: %s", strerror(errno));
+    return chorusSuccess;
+}
+
+/* Take completion events, handle every completion, post the writes credits allow. */
+static chorusResult_t ib_progress(ib_comm_t *c)
+{
+    if (c->failed)
+        return ERR(chorusRemoteError, SUB_NET, "IB plugin: connection %s %s failed earlier: %s",
+                   c->is_send ? "to" : "from", c->peer, c->why);
+    const ib_verbs_t *v = c->ctx->v;
+    if (c->armed) {
+        struct ibv_cq *cq;
+        void *cq_ctx;
+        while (v->get_cq_event(c->chan, &cq, &cq_ctx) == 0) {
+            v->ack_cq_events(cq, 1);
+            c->armed = 0;
+        }
+    }
+    CHECK(ib_poll_all(c));
     while (c->is_send && c->nwritten < c->nposted && c->nwritten < c->ncredits) {
         CHECK(ib_write_msg(c, &c->reqs[c->nwritten % IB_N]));
         c->nwritten++;
@@ -899,18 +910,20 @@ static chorusResult_t ib_irecv(void *recv_comm, void *data, size_t nbytes, int t
     return chorusSuccess;
 }
 
+/* A request done before its connection failed (a peer closed after it) is still done. */
 static chorusResult_t ib_test(void *request, int *done_p, size_t *size_p)
 {
     ib_req_t *r = request;
     ib_comm_t *c = r->comm;
-    CHECK(ib_progress(c));
+    chorusResult_t res = c->failed ? chorusRemoteError : ib_progress(c);
     int done = r->pending == 0 && r->seq == c->nreported && (!c->is_send || r->seq < c->nwritten);
     *done_p = done;
     if (done) {
         *size_p = c->is_send ? r->nbytes : r->got;
         c->nreported++;
+        return chorusSuccess;
     }
-    return chorusSuccess;
+    return res == chorusSuccess ? res : ib_progress(c); /* failed: "failed earlier" and why */
 }
 
 /* The completion channel (armed here, then the CQ polled once more so that nothing that came
