@@ -226,25 +226,13 @@ static int end_job(int skip)
     return bad;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        FAIL("no free port: %s", strerror(errno));
-        return 0;
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void new_job(void)
 {
     memset(sh, 0, sizeof(*sh));
     memset(exit_status, 0, sizeof(exit_status));
-    job.port = free_port();
+    job.port = harness_free_port();
+    if (job.port == 0)
+        FAIL("no free loopback port");
     job.seed = harness_splitmix(rng++);
 }
 

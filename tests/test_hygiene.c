@@ -498,20 +498,6 @@ static int run_small_shm(void)
 
 enum { JOB_N = 4, JOB_COUNT = 16384 };
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port != 0 ? port : 20000 + (int)(getpid() % 20000);
-}
-
 /* One rank of a job: init by environment, say "ready", all-reduce until killed. Exit status 2: a
  * call failed (a killed peer; not looked at), 3: a wrong result. */
 static void job_rank(int rank, int port, int ready_fd, pid_t parent)
@@ -595,7 +581,9 @@ static int sigkill_trial(int trial, kill_mode_t mode)
         FAIL("pipe: %s", strerror(errno));
         return 0;
     }
-    int port = free_port();
+    int port = harness_free_port();
+    if (port == 0)
+        port = 20000 + (int)(getpid() % 10000);
     pid_t pids[JOB_N], parent = getpid();
     fflush(stdout);
     fflush(stderr);

@@ -14,6 +14,10 @@
 #include <time.h>
 #include <dirent.h>
 #include <sys/mman.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 long harness_failures;
 int harness_fail_limit = 20;
@@ -255,4 +259,38 @@ void *harness_shared(size_t nbytes)
     }
     memset(p, 0, nbytes);
     return p;
+}
+
+static int port_bindable(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    int got = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        got = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return got;
+}
+
+int harness_free_port(void)
+{
+    int lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
+    }
+    uint64_t x = harness_splitmix((uint64_t)getpid() << 32 ^ (uint64_t)time(NULL));
+    for (int i = 0; lo > 12000 && i < 64; i++) {
+        x = harness_splitmix(x);
+        int port = 10000 + (int)(x % (uint64_t)(lo - 10000));
+        if (port_bindable(port) == port)
+            return port;
+    }
+    return port_bindable(0);
 }

@@ -68,6 +68,11 @@ void harness_fill(void *buf, size_t nbytes, uint64_t seed);
 /* Index of the first byte of buf that differs from harness_fill(seed), or -1. */
 long long harness_first_diff(const void *buf, size_t nbytes, uint64_t seed);
 /* The splitmix64 step behind the pattern, for tests that derive seeds from it. */
+/* A loopback TCP port nothing listens on, for a bootstrap root: picked below the kernel's
+ * ephemeral range (ip_local_port_range), where no outgoing connection of a test running beside
+ * this one can take it between the pick and the root's bind; a kernel-chosen one if none is free
+ * there; 0 on failure. */
+int harness_free_port(void);
 uint64_t harness_splitmix(uint64_t x);
 /* The next value in [0, 1) (53 bits) of the splitmix64 stream whose state is *state; advances it.
  * A test seeds its own state, so its inputs are the same on every run. */
