@@ -114,15 +114,15 @@ static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_a
         if (ll) {
             /* The root writes and goes on: up to LL_LAG pieces ahead of the slowest reader. */
             if (me == root) {
-                direct_ll_write(v, s, in + off * es, 1, len * es, 0);
+                direct_ll_write(v, s, in + off * es, len * es);
                 if (out != in + off * es)
                     p->ops->copy(out, in + off * es, len * es);
             } else {
-                CHECK(direct_ll_read(p, v, root, s, 0, out, len * es));
+                CHECK(direct_ll_read(p, v, root, s, out, len * es));
                 /* The root runs ahead: ask for a later piece's words now (one call's latency
                  * between the cores hides behind this rank's next calls). */
                 fifo_prefetch_read(hdr(v, root)->ll[(s + LL_PREFETCH) % DIRECT_LL_SLOTS],
-                                   LL_PART_WORDS(len * es) * sizeof(uint64_t));
+                                   LL_WORDS(len * es) * sizeof(uint64_t));
                 direct_piece_done(v, s, lazy);
                 continue;
             }
@@ -158,13 +158,13 @@ static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const coll_args
         if (len * es <= DIRECT_LL_NBYTES) {
             /* A non-root writes and goes on: up to LL_LAG pieces ahead of the root. */
             CHECK(direct_piece_begin(p, v, &s, LL_LAG));
-            direct_ll_write(v, s, in + off * es, 1, len * es, 0);
+            direct_ll_write(v, s, in + off * es, len * es);
             if (me == root) {
-                CHECK(direct_ll_reduce_all(p, v, s, 0, (char *)a->recvbuff + off * es, len));
+                CHECK(direct_ll_reduce_all(p, v, s, (char *)a->recvbuff + off * es, len));
                 for (int r = 0; r < n; r++)
                     if (r != me)
                         fifo_prefetch_read(hdr(v, r)->ll[(s + LL_PREFETCH) % DIRECT_LL_SLOTS],
-                                           LL_PART_WORDS(len * es) * sizeof(uint64_t));
+                                           LL_WORDS(len * es) * sizeof(uint64_t));
             }
             direct_piece_done(v, s, lazy);
             continue;
@@ -198,7 +198,7 @@ static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_a
         int ll = !inline_ && len * es <= DIRECT_LL_NBYTES;
         CHECK(direct_piece_begin(p, v, &s, ll ? LL_LAG : 2));
         if (ll) {
-            direct_ll_write(v, s, in + off * es, 1, len * es, 0);
+            direct_ll_write(v, s, in + off * es, len * es);
             for (int k = 0; k < n; k++) {
                 int r = (me + k) % n;
                 char *dst = (char *)a->recvbuff + ((size_t)r * a->count + off) * es;
@@ -206,7 +206,7 @@ static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_a
                     if (dst != in + off * es)
                         memcpy(dst, in + off * es, len * es);
                 } else {
-                    CHECK(direct_ll_read(p, v, r, s, 0, dst, len * es));
+                    CHECK(direct_ll_read(p, v, r, s, dst, len * es));
                 }
             }
             direct_piece_done(v, s, 0);

@@ -95,41 +95,34 @@ chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *
  * non-root) run that many pieces ahead.
  */
 
-/* Write nparts parts of part_nbytes each (part k at src + k * stride) as LL words of piece s,
- * part k from word k * LL_PART_WORDS(part_nbytes); then the ready flag. */
-void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
-                     size_t part_nbytes, size_t stride)
+/* Write nbytes from src as LL words of piece s; then the ready flag. */
+void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes)
 {
     uint64_t *w = hdr(v, v->rank)->ll[s % DIRECT_LL_SLOTS];
     uint64_t tag = (uint64_t)(uint32_t)s << 32;
-    size_t pw = LL_PART_WORDS(part_nbytes), full = part_nbytes / 4;
-    for (int k = 0; k < nparts; k++, w += pw) {
-        const char *b = src + (size_t)k * stride;
-        for (size_t i = 0; i < full; i++) {
-            uint32_t d;
-            memcpy(&d, b + 4 * i, 4);
-            __atomic_store_n(&w[i], tag | d, __ATOMIC_RELAXED);
-        }
-        if (full < pw) { /* a part word: 1 to 3 bytes */
-            uint32_t d = 0;
-            memcpy(&d, b + 4 * full, part_nbytes - 4 * full);
-            __atomic_store_n(&w[full], tag | d, __ATOMIC_RELAXED);
-        }
+    size_t nw = LL_WORDS(nbytes), full = nbytes / 4;
+    for (size_t i = 0; i < full; i++) {
+        uint32_t d;
+        memcpy(&d, src + 4 * i, 4);
+        __atomic_store_n(&w[i], tag | d, __ATOMIC_RELAXED);
+    }
+    if (full < nw) { /* a part word: 1 to 3 bytes */
+        uint32_t d = 0;
+        memcpy(&d, src + 4 * full, nbytes - 4 * full);
+        __atomic_store_n(&w[full], tag | d, __ATOMIC_RELAXED);
     }
     /* The whole slot is written when it was last 2^31 pieces ago or more: every word then
      * carries a number within 2^31 of s, so no stale one matches s in 32 bits. */
-    uint64_t *slot = hdr(v, v->rank)->ll[s % DIRECT_LL_SLOTS];
     uint64_t *fresh = &hdr(v, v->rank)->ll_fresh[s % DIRECT_LL_SLOTS];
     if (s - *fresh >= (uint64_t)1 << 31) {
-        for (uint64_t *x = slot + pw * (size_t)nparts; x < slot + DIRECT_LL_WORDS; x++)
+        for (uint64_t *x = w + nw; x < w + DIRECT_LL_WORDS; x++)
             __atomic_store_n(x, tag, __ATOMIC_RELAXED);
         *fresh = s;
     }
     fifo_set_flag(&hdr(v, v->rank)->ready[s & 1], s);
     /* The next piece's slot was last read by the peers: have it back before writing it (the
      * stores would otherwise stall this rank's next locked instruction; 8 B broadcast root). */
-    fifo_prefetch_write(hdr(v, v->rank)->ll[(s + 1) % DIRECT_LL_SLOTS],
-                        pw * (size_t)nparts * sizeof(uint64_t));
+    fifo_prefetch_write(hdr(v, v->rank)->ll[(s + 1) % DIRECT_LL_SLOTS], nw * sizeof(uint64_t));
 }
 
 /* A pass over rank r's LL words or tagged lines (kind) of piece s found some not there yet: the
@@ -153,15 +146,15 @@ static chorusResult_t not_yet(prims_t *p, const direct_view_t *v, int r, uint64_
     return chorusSuccess;
 }
 
-/* Read nbytes of rank r's LL words of piece s, from word first, into dst: passes over the words
- * until all carry s, then sleeps on r's ready flag (set after them). */
-chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t first,
-                              void *dst, size_t nbytes)
+/* Read nbytes of rank r's LL words of piece s into dst: passes over the words until all carry s,
+ * then sleeps on r's ready flag (set after them). */
+chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
+                              size_t nbytes)
 {
-    const uint64_t *w = hdr(v, r)->ll[s % DIRECT_LL_SLOTS] + first;
+    const uint64_t *w = hdr(v, r)->ll[s % DIRECT_LL_SLOTS];
     uint32_t tag = (uint32_t)s;
     unsigned char *b = dst;
-    size_t full = nbytes / 4, nw = LL_PART_WORDS(nbytes);
+    size_t full = nbytes / 4, nw = LL_WORDS(nbytes);
     int64_t polls = 0;
     int flagged = 0;
     for (;;) {
@@ -182,15 +175,14 @@ chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_
     }
 }
 
-/* out = LL input of rank 0 op rank 1 op ... (rank order), each read from word first; avg's
- * division last. */
-chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
-                                    void *out, size_t count)
+/* out = LL input of rank 0 op rank 1 op ... (rank order); avg's division last. */
+chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, void *out,
+                                    size_t count)
 {
     _Alignas(64) unsigned char tmp[DIRECT_LL_NBYTES];
-    CHECK(direct_ll_read(p, v, 0, s, first, out, count * p->esize));
+    CHECK(direct_ll_read(p, v, 0, s, out, count * p->esize));
     for (int r = 1; r < v->nranks; r++) {
-        CHECK(direct_ll_read(p, v, r, s, first, tmp, count * p->esize));
+        CHECK(direct_ll_read(p, v, r, s, tmp, count * p->esize));
         p->ops->reduce(out, out, tmp, count, p->dtype, p->op);
     }
     if (p->divisor)

@@ -25,7 +25,7 @@ static inline char *buf(const direct_view_t *v, int r, uint64_t s)
 #define OFF_DONE offsetof(direct_hdr_t, done)
 
 #define LL_LAG DIRECT_LL_SLOTS
-#define LL_PART_WORDS(nbytes) (((nbytes) + 3) / 4)
+#define LL_WORDS(nbytes) (((nbytes) + 3) / 4)
 /* How many pieces ahead a rank that only reads LL pieces prefetches the writer's slot. */
 #define LL_PREFETCH 4
 /* All-reduce and reduce-scatter pieces up to 5 lines go as tagged lines. 2 ranks, all-reduce,
@@ -50,14 +50,12 @@ chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, u
  * s % 2) or LL slot (lag DIRECT_LL_SLOTS: s % DIRECT_LL_SLOTS) piece s reuses. A done flag read
  * once covers the pieces it is ahead by: most calls read none. */
 chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p, uint64_t lag);
-/* Write nparts parts of part_nbytes each (part k at src + k * stride) as LL words of piece s,
- * part k from word k * LL_PART_WORDS(part_nbytes); then the ready flag. */
-void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
-                     size_t part_nbytes, size_t stride);
-/* Read nbytes of rank r's LL words of piece s, from word first, into dst: passes over the words
- * until all carry s, then sleeps on r's ready flag (set after them). */
-chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t first,
-                              void *dst, size_t nbytes);
+/* Write nbytes from src as LL words of piece s; then the ready flag. */
+void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes);
+/* Read nbytes of rank r's LL words of piece s into dst: passes over the words until all carry s,
+ * then sleeps on r's ready flag (set after them). */
+chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
+                              size_t nbytes);
 /* Write nparts parts of part_nbytes each (part k at src + k * stride; up to DIRECT_LINES_NBYTES
  * in all) one after the other as piece s's tagged lines; then the ready flag. */
 void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
@@ -70,10 +68,9 @@ chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint
  * avg's division last. */
 chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
                                        void *out, size_t count);
-/* out = LL input of rank 0 op rank 1 op ... (rank order), each read from word first; avg's
- * division last. */
-chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
-                                    void *out, size_t count);
+/* out = LL input of rank 0 op rank 1 op ... (rank order); avg's division last. */
+chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, void *out,
+                                    size_t count);
 /* Zero-copy: 1 (and *ref) when this rank's input in[0, nbytes) can be read in place by its
  * peers: it lies in a chorusMemAlloc region and this rank writes none of it during the call (out,
  * out_nbytes: what it writes; NULL: nothing). */
