@@ -101,6 +101,15 @@ typedef struct direct_line {
     uint64_t tag; /* the piece number, stored (release) after the data */
     unsigned char data[DIRECT_LINE_DATA];
 } direct_line_t;
+/* What a rank waits on once its wait may yield (fifo_gate_t; direct_win.c): written by the
+ * rank, read by the ranks that may share its CPU. */
+typedef struct direct_sched {
+    uint32_t parked; /* 1 from the end of a wait's spin to the wait's end */
+    int32_t cpu; /* where it ran when it parked or last came back from a yield; -1: not yet */
+    int32_t rank; /* it waits until this rank's flag, at byte off of that rank's header, */
+    uint32_t off; /* reaches s */
+    uint64_t s;
+} direct_sched_t;
 typedef struct direct_hdr {
     fifo_flag_t ready[2]; /* [s % 2]: the rank's input of piece s is in its buffer (or, up to 48
                            * bytes, in the flag's payload, or in LL words) */
@@ -111,6 +120,7 @@ typedef struct direct_hdr {
     uint64_t ll_fresh[DIRECT_LL_SLOTS]; /* the owner's own: when it last wrote a whole slot */
     /* [s % 2]: piece s as tagged lines (only ever written as such: no data word reads as a tag) */
     _Alignas(64) direct_line_t lines[2][DIRECT_LINES];
+    _Alignas(64) direct_sched_t sched;
 } direct_hdr_t;
 _Static_assert(sizeof(direct_hdr_t) <= DIRECT_HDR_NBYTES, "direct window header too large");
 
@@ -126,6 +136,20 @@ typedef struct mem_ref {
     int32_t fd;
     int32_t reserved;
 } mem_ref_t;
+
+/* The gate of a rank's direct waits (direct_win.c): the wait under way (rank, off, s as in
+ * direct_sched_t), copied into the rank's header when it parks. Up to DIRECT_GATE_MAX_RANKS
+ * local ranks (each decision reads every rank's sched line); more wait without one. */
+#define DIRECT_GATE_MAX_RANKS 16
+typedef struct direct_gate {
+    fifo_gate_t gate;
+    const struct direct_view *v;
+    int rank;
+    uint32_t off;
+    uint64_t s;
+} direct_gate_t;
+/* Set up g for v (whose gate it becomes): this rank's CPU not said yet. */
+void direct_gate_init(direct_gate_t *g, const struct direct_view *v);
 
 /* What a rank last published in its done flag, and the last piece it has read but not yet
  * published (0: none); kept out of the shared line, which peers poll. */
@@ -149,6 +173,7 @@ typedef struct direct_view {
     void *zc_arg;
     size_t zc_min_nbytes;
     uint64_t *zc_reads; /* pieces of peers' inputs this rank has read in place (tests look) */
+    direct_gate_t *gate; /* NULL: waits yield whenever their spin is over */
 } direct_view_t;
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,

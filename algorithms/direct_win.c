@@ -2,6 +2,8 @@
  * direct_win.c: the window protocol under the direct algorithms (direct_win.h; the algorithms and
  * the window layout are described in direct.c and algo.h).
  */
+#define _GNU_SOURCE /* sched_getcpu */
+#include <sched.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -43,12 +45,74 @@ void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy)
         v->done->pending = s;
 }
 
+/*
+ * The gate of direct waits (fifo_gate_t). 4 ranks on 2 cores, 8 B all-reduce: a call needs both
+ * ranks of each core to run, and each hand-over costs about 5 us here; yielding whenever a wait's
+ * spin was over also handed the core to a rank that could not move on either (it waited for the
+ * other core too), which then handed it back. A parked rank says what it waits for, so a rank
+ * about to yield can tell whether a rank last seen on its CPU can move on: one that is not parked
+ * (runnable: it is not running, this one is), or one whose flag has come.
+ */
+static void gate_park(void *arg)
+{
+    direct_gate_t *g = arg;
+    direct_sched_t *me = &hdr(g->v, g->v->rank)->sched;
+    __atomic_store_n(&me->cpu, sched_getcpu(), __ATOMIC_RELAXED);
+    __atomic_store_n(&me->rank, g->rank, __ATOMIC_RELAXED);
+    __atomic_store_n(&me->off, g->off, __ATOMIC_RELAXED);
+    __atomic_store_n(&me->s, g->s, __ATOMIC_RELAXED);
+    __atomic_store_n(&me->parked, 1, __ATOMIC_RELEASE);
+}
+
+static void gate_unpark(void *arg)
+{
+    direct_gate_t *g = arg;
+    __atomic_store_n(&hdr(g->v, g->v->rank)->sched.parked, 0, __ATOMIC_RELEASE);
+}
+
+static int gate_yield_useful(void *arg)
+{
+    const direct_gate_t *g = arg;
+    const direct_view_t *v = g->v;
+    int cpu = sched_getcpu();
+    direct_sched_t *me = &hdr(v, v->rank)->sched;
+    if (__atomic_load_n(&me->cpu, __ATOMIC_RELAXED) != cpu)
+        __atomic_store_n(&me->cpu, cpu, __ATOMIC_RELAXED);
+    for (int q = 0; q < v->nranks; q++) {
+        const direct_sched_t *o = &hdr(v, q)->sched;
+        if (q == v->rank || __atomic_load_n(&o->cpu, __ATOMIC_RELAXED) != cpu)
+            continue;
+        if (!__atomic_load_n(&o->parked, __ATOMIC_ACQUIRE))
+            return 1;
+        int r = __atomic_load_n(&o->rank, __ATOMIC_RELAXED);
+        uint32_t off = __atomic_load_n(&o->off, __ATOMIC_RELAXED);
+        if (r < 0 || r >= v->nranks || off % 8 != 0 || off > DIRECT_HDR_NBYTES - 8)
+            return 1; /* torn while it re-parks: cannot tell */
+        const uint64_t *flag = (const uint64_t *)(const void *)((const char *)hdr(v, r) + off);
+        if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) >= __atomic_load_n(&o->s, __ATOMIC_RELAXED))
+            return 1;
+    }
+    return 0;
+}
+
+void direct_gate_init(direct_gate_t *g, const direct_view_t *v)
+{
+    *g = (direct_gate_t){.gate = {gate_park, gate_yield_useful, gate_unpark, g}, .v = v};
+    __atomic_store_n(&hdr(v, v->rank)->sched.cpu, -1, __ATOMIC_RELAXED);
+}
+
 /* Wait until rank r's flag (ready, reduced or done, at offset off in its header) reaches s. */
 chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_t off, uint64_t s,
                                 const char *what)
 {
     fifo_flag_t *f = (fifo_flag_t *)(void *)((char *)hdr(v, r) + off);
     p->wait.peer = r;
+    if (v->gate != NULL) {
+        v->gate->rank = r;
+        v->gate->off = (uint32_t)(off + offsetof(fifo_flag_t, value));
+        v->gate->s = s;
+        p->wait.gate = &v->gate->gate;
+    }
     if (__atomic_load_n(&f->value, __ATOMIC_ACQUIRE) < s)
         done_flush(v);
     CHECK(fifo_wait_flag(f, s, &p->wait, "shm", what));

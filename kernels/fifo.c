@@ -193,33 +193,34 @@ int fifo_peer_gone(const wait_ctx_t *w, int peer, const char *transport, int64_t
     return 1;
 }
 
-/* Wait until the counter reaches target (>=); error (optional) is a failed connection's flag. */
-static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers, const uint32_t *error,
-                                const char *transport, uint64_t target, const wait_ctx_t *w,
-                                const char *what)
+/* The wait of wait_word once its spin is over. */
+static chorusResult_t wait_word_slow(uint64_t *counter, uint32_t *sleepers, const uint32_t *error,
+                                     const char *transport, uint64_t target, const wait_ctx_t *w,
+                                     const char *what)
 {
-    static const uint32_t no_error = 0;
-    if (error == NULL)
-        error = &no_error;
-    for (int64_t i = 0; i < w->spin; i++) {
-        if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
-            return chorusSuccess;
-        fifo_cpu_relax();
-    }
     int64_t start = fifo_now_ns();
     int64_t last_check = start;
     /* Then yield for a while: when ranks outnumber cores, the peer we wait for may need this
-     * core, and sched_yield hands it over at once where a futex round trip costs a wake-up. */
-    while (fifo_now_ns() - start < FIFO_YIELD_NS && !__atomic_load_n(error, __ATOMIC_ACQUIRE)) {
+     * core, and sched_yield hands it over at once where a futex round trip costs a wake-up. A
+     * gate that sees no rank here able to move on spins instead (fifo_gate_t). */
+    const fifo_gate_t *g = w->gate;
+    int64_t now = start, yielded = start;
+    while (now - start < FIFO_YIELD_NS && !__atomic_load_n(error, __ATOMIC_ACQUIRE)) {
         if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
             return chorusSuccess;
-        sched_yield();
+        if (g == NULL || now - yielded >= FIFO_GATE_YIELD_NS || g->yield_useful(g->arg)) {
+            sched_yield();
+            yielded = fifo_now_ns();
+        } else {
+            fifo_cpu_relax();
+        }
+        now = fifo_now_ns();
     }
     for (;;) {
         uint64_t v = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
         if (v >= target)
             return chorusSuccess;
-        int64_t now = fifo_now_ns();
+        now = fifo_now_ns();
         /* The counter again after the flag: the proxy publishes the last slot the wire finished
          * before it fails the connection (a peer that closed after its last send), and that
          * slot may be the one awaited here. */
@@ -268,6 +269,27 @@ static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers, const uin
             syscall(SYS_futex, low_word(counter), FUTEX_WAIT, (uint32_t)v, &ts, NULL, 0);
         __atomic_sub_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
     }
+}
+
+/* Wait until the counter reaches target (>=); error (optional) is a failed connection's flag. */
+static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers, const uint32_t *error,
+                                const char *transport, uint64_t target, const wait_ctx_t *w,
+                                const char *what)
+{
+    static const uint32_t no_error = 0;
+    if (error == NULL)
+        error = &no_error;
+    for (int64_t i = 0; i < w->spin; i++) {
+        if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
+            return chorusSuccess;
+        fifo_cpu_relax();
+    }
+    if (w->gate == NULL)
+        return wait_word_slow(counter, sleepers, error, transport, target, w, what);
+    w->gate->park(w->gate->arg);
+    chorusResult_t res = wait_word_slow(counter, sleepers, error, transport, target, w, what);
+    w->gate->unpark(w->gate->arg);
+    return res;
 }
 
 /* Wait until the counter reaches target (>=) on connection c. */

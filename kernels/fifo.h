@@ -42,6 +42,24 @@ typedef struct fail_record {
 /* How often a sleeping wait asks whether the peer it waits on is still alive. */
 #define FIFO_LIVENESS_NS (100LL * 1000 * 1000)
 
+/*
+ * A wait's gate to the scheduler (optional). When ranks outnumber cores, a wait that stops
+ * spinning hands the core over with sched_yield, so that a rank sharing the core can run. A
+ * process switch costs about 5 us on a VM, and a yield 1 us even when nothing else runs, so a
+ * yield is worth it only when a rank that shares this core can move on: park publishes that this
+ * rank waits (its CPU, and on what), yield_useful says whether a rank last seen on this CPU is
+ * runnable or waits for something that has come, and unpark ends the wait. A wait whose gate says
+ * no spins instead, yet yields at least every FIFO_GATE_YIELD_NS (a rank may have moved to this
+ * CPU since it last said where it was).
+ */
+typedef struct fifo_gate {
+    void (*park)(void *arg);
+    int (*yield_useful)(void *arg);
+    void (*unpark)(void *arg);
+    void *arg;
+} fifo_gate_t;
+#define FIFO_GATE_YIELD_NS (50 * 1000)
+
 /* Everything a wait needs besides the counter: where to look for abort, and how long to wait. */
 typedef struct wait_ctx {
     const volatile uint32_t *abort_flag; /* non-zero: give up with chorusRemoteError/abort */
@@ -58,6 +76,7 @@ typedef struct wait_ctx {
      * live peer which left the call for that death learns of it here even when that peer's
      * failure notice does not reach it. */
     int (*other_gone)(void *arg, int peer);
+    const fifo_gate_t *gate; /* optional: NULL yields whenever the spin is over */
 } wait_ctx_t;
 
 /* A doorbell for a thread that serves FIFOs from the other side (the net transport's proxy): it

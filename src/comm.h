@@ -81,6 +81,7 @@ struct chorusComm {
     uint64_t *win_done_seen; /* [nranks]: done flags as last read (direct.c) */
     direct_done_t win_done; /* this rank's done flag: published, pending (direct.c) */
     direct_view_t win_view;
+    direct_gate_t win_gate; /* the gate of its waits, when win_view.gate points here */
     struct zc_map *zc_maps; /* [ZC_MAX_MAPS]: peers' chorusMemAlloc regions mapped (window.c) */
     uint64_t zc_clock;
     uint64_t zc_reads; /* pieces read in place from peers' chorusMemAlloc memory (direct.c) */

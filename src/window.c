@@ -289,18 +289,22 @@ out:
         unmap_all(comm);
         return ERR(chorusSystemError, SUB_INIT, "out of memory");
     }
-    comm->win_view = (direct_view_t){n,
-                                     me,
-                                     comm->win_base,
-                                     bufsz,
-                                     &comm->win_seq,
-                                     comm->win_done_seen,
-                                     &comm->win_done,
-                                     (all & 2) ? mem_find_region : NULL,
-                                     (all & 2) ? zc_map : NULL,
-                                     comm,
-                                     ZC_MIN_NBYTES,
-                                     &comm->zc_reads};
+    comm->win_view = (direct_view_t){
+        n,
+        me,
+        comm->win_base,
+        bufsz,
+        &comm->win_seq,
+        comm->win_done_seen,
+        &comm->win_done,
+        (all & 2) ? mem_find_region : NULL,
+        (all & 2) ? zc_map : NULL,
+        comm,
+        ZC_MIN_NBYTES,
+        &comm->zc_reads,
+        n <= DIRECT_GATE_MAX_RANKS && comm->params.wait_gate ? &comm->win_gate : NULL};
+    if (comm->win_view.gate != NULL)
+        direct_gate_init(&comm->win_gate, &comm->win_view);
     INFO(SUB_INIT, "direct windows: %d ranks x 2 buffers of %zu bytes; zero-copy %s", n, bufsz,
          (all & 2) ? "on" : "off");
     return chorusSuccess;

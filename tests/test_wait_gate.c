@@ -1,0 +1,193 @@
+/*
+ * test_wait_gate.c: proves the gate of one-host waits (fifo_gate_t, direct_win.c) yields the core
+ * exactly where that may let another rank move on, and that a gated wait still sleeps.
+ *
+ * 1. Decisions, on window headers made here (4 ranks, this thread pinned to one CPU, as rank 0):
+ *    no other rank seen on this CPU: spin; a rank seen here and not parked (runnable): yield; a
+ *    rank parked here whose awaited flag has not come: spin, and once it has: yield; the same
+ *    rank on another CPU: spin; a torn record (a flag offset that is no flag): yield. park
+ *    publishes this rank's CPU and what it waits on; unpark clears parked.
+ * 2. A gated wait that lasts: two thread ranks, rank 1 joins an 8-byte all-reduce 300 ms late;
+ *    rank 0's result is right, and its thread used under 60 ms of CPU meanwhile (it spins and
+ *    yields for at most FIFO_YIELD_NS, then sleeps on the futex).
+ * Exit 0: all passed; 1: a check failed.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "algo.h"
+#include "chorus.h"
+#include "harness.h"
+
+#define NR 4
+
+static direct_hdr_t *hdr_of(char *const *base, int r)
+{
+    return (direct_hdr_t *)(void *)base[r];
+}
+
+static void decisions(void)
+{
+    long before = harness_failures;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) {
+        FAIL("cannot pin the test thread to CPU 0");
+        return;
+    }
+    char *base[NR];
+    for (int r = 0; r < NR; r++) {
+        base[r] = aligned_alloc(4096, DIRECT_HDR_NBYTES);
+        if (base[r] == NULL) {
+            FAIL("out of memory");
+            return;
+        }
+        memset(base[r], 0, DIRECT_HDR_NBYTES);
+        hdr_of(base, r)->sched.cpu = -1;
+    }
+    uint64_t seq = 0, done_seen[NR] = {0};
+    direct_done_t done = {0, 0};
+    direct_gate_t g;
+    direct_view_t v = {.nranks = NR,
+                       .rank = 0,
+                       .base = base,
+                       .buf_nbytes = 0,
+                       .seq = &seq,
+                       .done_seen = done_seen,
+                       .done = &done,
+                       .gate = &g};
+    direct_gate_init(&g, &v);
+    int (*useful)(void *) = g.gate.yield_useful;
+    int cpu = sched_getcpu();
+    CHECK(cpu == 0, "pinned to CPU 0, running on %d", cpu);
+
+    CHECK(hdr_of(base, 0)->sched.cpu == -1, "direct_gate_init: own CPU %d, want -1",
+          hdr_of(base, 0)->sched.cpu);
+    CHECK(useful(g.gate.arg) == 0, "no other rank seen on this CPU, yet the gate yields");
+    CHECK(hdr_of(base, 0)->sched.cpu == cpu, "the gate did not note this rank's CPU");
+
+    direct_sched_t *o = &hdr_of(base, 2)->sched;
+    o->cpu = cpu;
+    o->parked = 0;
+    CHECK(useful(g.gate.arg) == 1, "rank 2 is runnable on this CPU, yet the gate spins");
+
+    /* Rank 2 waits for rank 1's ready flag of piece 5. */
+    o->rank = 1;
+    o->off = (uint32_t)(offsetof(direct_hdr_t, ready) + sizeof(fifo_flag_t) +
+                        offsetof(fifo_flag_t, value));
+    o->s = 5;
+    o->parked = 1;
+    hdr_of(base, 1)->ready[1].value = 4;
+    CHECK(useful(g.gate.arg) == 0,
+          "rank 2 waits for a flag that has not come, yet the gate yields");
+    hdr_of(base, 1)->ready[1].value = 5;
+    CHECK(useful(g.gate.arg) == 1, "rank 2's flag has come, yet the gate spins");
+    o->cpu = cpu + 1;
+    CHECK(useful(g.gate.arg) == 0, "rank 2 is on another CPU, yet the gate yields");
+    o->cpu = cpu;
+    hdr_of(base, 1)->ready[1].value = 4;
+    o->off += 4;
+    CHECK(useful(g.gate.arg) == 1, "a torn record (no flag at its offset), yet the gate spins");
+    o->off -= 4;
+    o->rank = NR;
+    CHECK(useful(g.gate.arg) == 1, "a torn record (rank %d of %d), yet the gate spins", NR, NR);
+
+    /* park and unpark: what this rank waits on, for the others. */
+    g.rank = 3;
+    g.off = (uint32_t)offsetof(direct_hdr_t, done);
+    g.s = 77;
+    g.gate.park(g.gate.arg);
+    direct_sched_t *me = &hdr_of(base, 0)->sched;
+    CHECK(me->parked == 1 && me->cpu == cpu && me->rank == 3 && me->off == g.off && me->s == 77,
+          "park published parked %u cpu %d rank %d off %u s %llu", me->parked, me->cpu, me->rank,
+          me->off, (unsigned long long)me->s);
+    g.gate.unpark(g.gate.arg);
+    CHECK(me->parked == 0, "unpark left parked %u", me->parked);
+
+    for (int r = 0; r < NR; r++)
+        free(base[r]);
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        CPU_SET(c, &all);
+    sched_setaffinity(0, sizeof(all), &all);
+    harness_report(before, "the gate yields only to a rank on this CPU that is runnable or whose "
+                           "flag has come (or when it cannot tell); park/unpark publish the wait");
+}
+
+typedef struct late {
+    chorusComm_t comm;
+    int rank;
+    float in[2], out[2];
+    double cpu_s;
+    chorusResult_t res;
+} late_t;
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *late_rank(void *arg)
+{
+    late_t *l = arg;
+    /* One call first: both windows mapped, both ranks past their first touch. */
+    l->res = chorusAllReduce(l->in, l->out, 2, chorusFloat32, chorusSum, l->comm, NULL);
+    if (l->res != chorusSuccess)
+        return NULL;
+    if (l->rank == 1) {
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    double c0 = thread_cpu_s();
+    l->res = chorusAllReduce(l->in, l->out, 2, chorusFloat32, chorusSum, l->comm, NULL);
+    l->cpu_s = thread_cpu_s() - c0;
+    return NULL;
+}
+
+static void late_peer(void)
+{
+    long before = harness_failures;
+    chorusComm_t comms[2];
+    if (chorusCommInitAll(comms, 2, NULL) != chorusSuccess) {
+        FAIL("chorusCommInitAll: %s", chorusGetLastError(NULL));
+        return;
+    }
+    late_t l[2];
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) {
+        l[r] = (late_t){comms[r], r, {1.0f + (float)r, 2.0f * (float)r}, {0, 0}, 0, chorusSuccess};
+        pthread_create(&t[r], NULL, late_rank, &l[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(t[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        CHECK_OK(l[r].res);
+        CHECK(l[r].out[0] == 3.0f && l[r].out[1] == 2.0f, "rank %d: %g %g, want 3 2", r,
+              (double)l[r].out[0], (double)l[r].out[1]);
+    }
+    CHECK(l[0].cpu_s < 0.060, "rank 0 used %.3f s of CPU waiting 0.3 s for rank 1", l[0].cpu_s);
+    printf("rank 0 waited 0.3 s on %.4f s of CPU\n", l[0].cpu_s);
+    harness_destroy_all(comms, 2);
+    harness_report(before, "a gated wait for a rank 300 ms late is right and sleeps (under 60 ms "
+                           "of CPU)");
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    printf("test_wait_gate (pid %d)\n", (int)getpid());
+    decisions();
+    late_peer();
+    return harness_finish("test_wait_gate");
+}
