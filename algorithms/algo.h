@@ -115,13 +115,17 @@ typedef struct direct_hdr {
                            * bytes, in the flag's payload, or in LL words) */
     fifo_flag_t reduced; /* two-shot: its part of piece s is reduced, in its buffer */
     fifo_flag_t done; /* it has read everything it reads of piece s */
+    /* [s % 2]: piece s as tagged lines (only ever written as such: no data word reads as a tag).
+     * The flags, the lines and sched share the header's first page: a small all-reduce then
+     * touches one page of each window (a process switch empties the TLB here). */
+    _Alignas(64) direct_line_t lines[2][DIRECT_LINES];
+    _Alignas(64) direct_sched_t sched;
     /* [s % DIRECT_LL_SLOTS]: a small piece s, each word (s mod 2^32) << 32 | 4 data bytes */
     _Alignas(64) uint64_t ll[DIRECT_LL_SLOTS][DIRECT_LL_WORDS];
     uint64_t ll_fresh[DIRECT_LL_SLOTS]; /* the owner's own: when it last wrote a whole slot */
-    /* [s % 2]: piece s as tagged lines (only ever written as such: no data word reads as a tag) */
-    _Alignas(64) direct_line_t lines[2][DIRECT_LINES];
-    _Alignas(64) direct_sched_t sched;
 } direct_hdr_t;
+_Static_assert(offsetof(direct_hdr_t, sched) + sizeof(direct_sched_t) <= 4096,
+               "flags, lines and sched in the window header's first page");
 _Static_assert(sizeof(direct_hdr_t) <= DIRECT_HDR_NBYTES, "direct window header too large");
 
 /* Zero-copy: where a rank's input lies when its peers read it in place (chorusMemAlloc memory),

@@ -39,63 +39,76 @@
 #include "debug.h"
 #include "direct_win.h"
 
-static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_args_t *a,
-                                int twoshot)
+/* All-reduce piece s (len elements from element off) through the window buffers: one-shot, or
+ * two-shot (each rank reduces its part of the piece, then copies every part out). Apart from
+ * allreduce, so that a call of tagged lines runs on a smaller stack (srcs, part). */
+static __attribute__((noinline)) chorusResult_t allreduce_piece(prims_t *p, const direct_view_t *v,
+                                                                const coll_args_t *a, uint64_t s,
+                                                                size_t off, size_t len,
+                                                                const mem_ref_t *zref, int twoshot)
 {
     int n = v->nranks, me = v->rank;
+    size_t es = p->esize;
+    const char *in = a->sendbuff;
+    char *out = (char *)a->recvbuff + off * es;
+    char *srcs[DIRECT_MAX_RANKS];
+    direct_publish_input(p, v, s, zref, in, off, len);
+    CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
+    for (int r = 0; r < n; r++)
+        CHECK(direct_input_of(v, r, s, zref != NULL ? in + off * es : NULL, len * es, &srcs[r]));
+    if (!twoshot) {
+        direct_reduce_list(p, out, srcs, n, len);
+    } else {
+        /* This rank's part: its own input first, then the others' in rank order, into its
+         * window buffer (where its own input already is when it copied it there). */
+        char *part[DIRECT_MAX_RANKS];
+        size_t poff, plen;
+        algo_part(len, n, me, &poff, &plen);
+        part[0] = srcs[me] + poff * es;
+        for (int r = 0, k = 1; r < n; r++)
+            if (r != me)
+                part[k++] = srcs[r] + poff * es;
+        if (plen > 0)
+            direct_reduce_list(p, buf(v, me, s) + poff * es, part, n, plen);
+        fifo_set_flag(&hdr(v, me)->reduced, s);
+        for (int k = 0; k < n; k++) {
+            int r = (me + k) % n;
+            algo_part(len, n, r, &poff, &plen);
+            if (r != me)
+                CHECK(direct_wait_flag(p, v, r, OFF_REDUCED, s, "direct window reduced flag"));
+            if (plen > 0)
+                p->ops->copy(out + poff * es, buf(v, r, s) + poff * es, plen * es);
+        }
+    }
+    direct_piece_done(v, s, 0);
+    return chorusSuccess;
+}
+
+HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                                         int twoshot)
+{
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
     const char *in = a->sendbuff;
-    char *srcs[DIRECT_MAX_RANKS];
     mem_ref_t zref;
     int zc = direct_zc_expose(v, in, nbytes, a->recvbuff, nbytes, &zref);
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        int lines = !twoshot && len * es <= LINES_MAX_NBYTES;
         CHECK(direct_piece_begin(p, v, &s, 2));
-        char *out = (char *)a->recvbuff + off * es;
-        if (lines) {
+        if (!twoshot && len * es <= LINES_MAX_NBYTES) {
             direct_lines_write(v, s, in + off * es, 1, len * es, 0);
-            CHECK(direct_lines_reduce_all(p, v, s, 0, out, len));
+            CHECK(direct_lines_reduce_all(p, v, s, 0, (char *)a->recvbuff + off * es, len));
             direct_piece_done(v, s, 0);
             continue;
         }
-        direct_publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
-        CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
-        for (int r = 0; r < n; r++)
-            CHECK(direct_input_of(v, r, s, zc ? in + off * es : NULL, len * es, &srcs[r]));
-        if (!twoshot) {
-            direct_reduce_list(p, out, srcs, n, len);
-        } else {
-            /* This rank's part: its own input first, then the others' in rank order, into its
-             * window buffer (where its own input already is when it copied it there). */
-            char *part[DIRECT_MAX_RANKS];
-            size_t poff, plen;
-            algo_part(len, n, me, &poff, &plen);
-            part[0] = srcs[me] + poff * es;
-            for (int r = 0, k = 1; r < n; r++)
-                if (r != me)
-                    part[k++] = srcs[r] + poff * es;
-            if (plen > 0)
-                direct_reduce_list(p, buf(v, me, s) + poff * es, part, n, plen);
-            fifo_set_flag(&hdr(v, me)->reduced, s);
-            for (int k = 0; k < n; k++) {
-                int r = (me + k) % n;
-                algo_part(len, n, r, &poff, &plen);
-                if (r != me)
-                    CHECK(direct_wait_flag(p, v, r, OFF_REDUCED, s, "direct window reduced flag"));
-                if (plen > 0)
-                    p->ops->copy(out + poff * es, buf(v, r, s) + poff * es, plen * es);
-            }
-        }
-        direct_piece_done(v, s, 0);
+        CHECK(allreduce_piece(p, v, a, s, off, len, zc ? &zref : NULL, twoshot));
     }
     if (zc)
         CHECK(direct_zc_release(p, v, s));
     return chorusSuccess;
 }
 
-static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+HOT_PATH static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int me = v->rank, root = a->root;
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
@@ -143,7 +156,7 @@ static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_a
     return chorusSuccess;
 }
 
-static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+HOT_PATH static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank, root = a->root;
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
@@ -184,7 +197,7 @@ static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const coll_args
     return chorusSuccess;
 }
 
-static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank;
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
@@ -245,7 +258,8 @@ static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_a
     return chorusSuccess;
 }
 
-static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+HOT_PATH static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v,
+                                             const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank;
     size_t es = p->esize, per = v->buf_nbytes / es / (size_t)n;
@@ -283,7 +297,8 @@ static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v, const co
     return chorusSuccess;
 }
 
-chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const coll_args_t *a, int twoshot)
+HOT_PATH chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                                       int twoshot)
 {
     if (v->nranks > DIRECT_MAX_RANKS)
         return ERR(chorusInternalError, SUB_COLL, "direct algorithm for %d ranks (at most %d)",

@@ -23,21 +23,21 @@
 #define DONE_BATCH 16
 _Static_assert(DONE_BATCH < DIRECT_LL_SLOTS, "a done batch is shorter than the LL lag");
 
-static void done_publish(const direct_view_t *v, uint64_t s)
+HOT_PATH static void done_publish(const direct_view_t *v, uint64_t s)
 {
     fifo_set_flag(&hdr(v, v->rank)->done, s);
     v->done->published = s;
     v->done->pending = 0;
 }
 
-static void done_flush(const direct_view_t *v)
+HOT_PATH static void done_flush(const direct_view_t *v)
 {
     if (v->done->pending != 0)
         done_publish(v, v->done->pending);
 }
 
 /* This rank has read everything it reads of piece s: publish it now, or (lazy) batched. */
-void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy)
+HOT_PATH void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy)
 {
     if (!lazy || s - v->done->published >= DONE_BATCH)
         done_publish(v, s);
@@ -53,7 +53,7 @@ void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy)
  * about to yield can tell whether a rank last seen on its CPU can move on: one that is not parked
  * (runnable: it is not running, this one is), or one whose flag has come.
  */
-static void gate_park(void *arg)
+HOT_PATH static void gate_park(void *arg)
 {
     direct_gate_t *g = arg;
     direct_sched_t *me = &hdr(g->v, g->v->rank)->sched;
@@ -64,13 +64,13 @@ static void gate_park(void *arg)
     __atomic_store_n(&me->parked, 1, __ATOMIC_RELEASE);
 }
 
-static void gate_unpark(void *arg)
+HOT_PATH static void gate_unpark(void *arg)
 {
     direct_gate_t *g = arg;
     __atomic_store_n(&hdr(g->v, g->v->rank)->sched.parked, 0, __ATOMIC_RELEASE);
 }
 
-static int gate_yield_useful(void *arg)
+HOT_PATH static int gate_yield_useful(void *arg)
 {
     const direct_gate_t *g = arg;
     const direct_view_t *v = g->v;
@@ -102,8 +102,8 @@ void direct_gate_init(direct_gate_t *g, const direct_view_t *v)
 }
 
 /* Wait until rank r's flag (ready, reduced or done, at offset off in its header) reaches s. */
-chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_t off, uint64_t s,
-                                const char *what)
+HOT_PATH chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_t off,
+                                         uint64_t s, const char *what)
 {
     fifo_flag_t *f = (fifo_flag_t *)(void *)((char *)hdr(v, r) + off);
     p->wait.peer = r;
@@ -124,8 +124,8 @@ chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_
 }
 
 /* Wait for every other rank's flag, starting after this rank (spreads who waits on whom). */
-chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, uint64_t s,
-                               const char *what)
+HOT_PATH chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, uint64_t s,
+                                        const char *what)
 {
     for (int k = 1; k < v->nranks; k++)
         CHECK(direct_wait_flag(p, v, (v->rank + k) % v->nranks, off, s, what));
@@ -135,7 +135,8 @@ chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, u
 /* Start piece s: wait until every rank has finished reading piece s - lag, whose buffer (lag 2:
  * s % 2) or LL slot (lag DIRECT_LL_SLOTS: s % DIRECT_LL_SLOTS) piece s reuses. A done flag read
  * once covers the pieces it is ahead by: most calls read none. */
-chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p, uint64_t lag)
+HOT_PATH chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p,
+                                           uint64_t lag)
 {
     uint64_t s = ++*v->seq;
     *s_p = s;
@@ -160,7 +161,7 @@ chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *
  */
 
 /* Write nbytes from src as LL words of piece s; then the ready flag. */
-void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes)
+HOT_PATH void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes)
 {
     uint64_t *w = hdr(v, v->rank)->ll[s % DIRECT_LL_SLOTS];
     uint64_t tag = (uint64_t)(uint32_t)s << 32;
@@ -192,8 +193,8 @@ void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, size_t
 /* A pass over rank r's LL words or tagged lines (kind) of piece s found some not there yet: the
  * first time publish this rank's pending done flag, spin p->wait.spin passes, then sleep on r's
  * ready flag (set after them), after which one more pass must find them all. */
-static chorusResult_t not_yet(prims_t *p, const direct_view_t *v, int r, uint64_t s, int64_t *polls,
-                              int *flagged, const char *kind)
+HOT_PATH static chorusResult_t not_yet(prims_t *p, const direct_view_t *v, int r, uint64_t s,
+                                       int64_t *polls, int *flagged, const char *kind)
 {
     if (*flagged)
         return ERR(chorusInternalError, SUB_COLL,
@@ -212,8 +213,8 @@ static chorusResult_t not_yet(prims_t *p, const direct_view_t *v, int r, uint64_
 
 /* Read nbytes of rank r's LL words of piece s into dst: passes over the words until all carry s,
  * then sleeps on r's ready flag (set after them). */
-chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
-                              size_t nbytes)
+HOT_PATH chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s,
+                                       void *dst, size_t nbytes)
 {
     const uint64_t *w = hdr(v, r)->ll[s % DIRECT_LL_SLOTS];
     uint32_t tag = (uint32_t)s;
@@ -240,8 +241,8 @@ chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_
 }
 
 /* out = LL input of rank 0 op rank 1 op ... (rank order); avg's division last. */
-chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, void *out,
-                                    size_t count)
+HOT_PATH chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s,
+                                             void *out, size_t count)
 {
     _Alignas(64) unsigned char tmp[DIRECT_LL_NBYTES];
     CHECK(direct_ll_read(p, v, 0, s, out, count * p->esize));
@@ -263,8 +264,8 @@ chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t
  * words, the writer sets its ready flag after the lines, and a reader that spun too long sleeps
  * on it.
  */
-void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
-                        size_t part_nbytes, size_t stride)
+HOT_PATH void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
+                                 size_t part_nbytes, size_t stride)
 {
     _Alignas(64) char tmp[DIRECT_LINES_NBYTES];
     size_t nbytes = (size_t)nparts * part_nbytes;
@@ -284,8 +285,8 @@ void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, int
 
 /* Copy bytes [first, first + nbytes) of rank r's piece s from its tagged lines into dst once
  * the lines that hold them all carry s. */
-chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint64_t s,
-                                 size_t first, void *dst, size_t nbytes)
+HOT_PATH chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint64_t s,
+                                          size_t first, void *dst, size_t nbytes)
 {
     if (nbytes == 0)
         return chorusSuccess;
@@ -318,8 +319,8 @@ chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint
 /* out = tagged-line input of rank 0 op rank 1 op ... (rank order), each from byte first of its
  * stream; avg's division last. This rank's own input is read back from its lines too (out may
  * be its input: in place). */
-chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
-                                       void *out, size_t count)
+HOT_PATH chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s,
+                                                size_t first, void *out, size_t count)
 {
     _Alignas(64) char tmp[DIRECT_LINES_NBYTES];
     size_t nbytes = count * p->esize;
@@ -339,8 +340,8 @@ _Static_assert(sizeof(mem_ref_t) <= sizeof(((fifo_flag_t *)0)->payload),
 /* Zero-copy: 1 (and *ref) when this rank's input in[0, nbytes) can be read in place by its
  * peers: it lies in a chorusMemAlloc region and this rank writes none of it during the call (out,
  * out_nbytes: what it writes; NULL: nothing). */
-int direct_zc_expose(const direct_view_t *v, const void *in, size_t nbytes, const void *out,
-                     size_t out_nbytes, mem_ref_t *ref)
+HOT_PATH int direct_zc_expose(const direct_view_t *v, const void *in, size_t nbytes,
+                              const void *out, size_t out_nbytes, mem_ref_t *ref)
 {
     if (v->zc_find == NULL || nbytes == 0 || nbytes < v->zc_min_nbytes)
         return 0;
@@ -368,8 +369,8 @@ static void publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *r
 
 /* Publish this rank's input of piece s, len elements from element off of in: in place at ref
  * (zero-copy), or copied into its window buffer (ref NULL). */
-void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const mem_ref_t *ref,
-                          const char *in, size_t off, size_t len)
+HOT_PATH void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s,
+                                   const mem_ref_t *ref, const char *in, size_t off, size_t len)
 {
     if (ref == NULL)
         p->ops->copy(buf(v, v->rank, s), in + off * p->esize, len * p->esize);
@@ -378,8 +379,8 @@ void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const 
 
 /* Rank r's input of piece s, nbytes, once its ready flag is seen: its window buffer, or its own
  * memory read in place (this rank's: mine, when it exposed it). */
-chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
-                               size_t nbytes, char **src)
+HOT_PATH chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
+                                        size_t nbytes, char **src)
 {
     if (r == v->rank) {
         *src = mine != NULL ? (char *)mine : buf(v, r, s);
@@ -403,7 +404,7 @@ chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const 
 
 /* Zero-copy, at the end of a call: peers read this rank's memory until their done flags reach
  * s, the call's last piece; the caller may change it once this returns. */
-chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s)
+HOT_PATH chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s)
 {
     for (int k = 1; k < v->nranks; k++) {
         int r = (v->rank + k) % v->nranks;
@@ -416,7 +417,7 @@ chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s)
 }
 
 /* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
-void direct_reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count)
+HOT_PATH void direct_reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count)
 {
     if (nsrc == 1)
         p->ops->copy(dst, src[0], count * p->esize);

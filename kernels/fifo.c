@@ -66,7 +66,7 @@ static inline int fence_asym(void)
     return m == 1;
 }
 
-void fifo_fence_light(void)
+HOT_PATH void fifo_fence_light(void)
 {
     if (fence_asym())
         __atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -80,7 +80,7 @@ void fifo_fence_heavy(void)
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
-void fifo_excl_lock(fifo_excl_t *l)
+HOT_PATH void fifo_excl_lock(fifo_excl_t *l)
 {
     if (__atomic_exchange_n(&l->held, 1, __ATOMIC_ACQUIRE) == 0)
         return;
@@ -99,7 +99,7 @@ void fifo_excl_lock(fifo_excl_t *l)
     __atomic_sub_fetch(&l->waiters, 1, __ATOMIC_SEQ_CST);
 }
 
-void fifo_excl_unlock(fifo_excl_t *l)
+HOT_PATH void fifo_excl_unlock(fifo_excl_t *l)
 {
     __atomic_store_n(&l->held, 0, __ATOMIC_RELEASE);
     fifo_fence_light();
@@ -144,7 +144,7 @@ void fifo_prefetch_write(const void *p, size_t nbytes)
 #endif
 }
 
-int64_t fifo_now_ns(void)
+HOT_PATH int64_t fifo_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -194,9 +194,10 @@ int fifo_peer_gone(const wait_ctx_t *w, int peer, const char *transport, int64_t
 }
 
 /* The wait of wait_word once its spin is over. */
-static chorusResult_t wait_word_slow(uint64_t *counter, uint32_t *sleepers, const uint32_t *error,
-                                     const char *transport, uint64_t target, const wait_ctx_t *w,
-                                     const char *what)
+HOT_PATH static chorusResult_t wait_word_slow(uint64_t *counter, uint32_t *sleepers,
+                                              const uint32_t *error, const char *transport,
+                                              uint64_t target, const wait_ctx_t *w,
+                                              const char *what)
 {
     int64_t start = fifo_now_ns();
     int64_t last_check = start;
@@ -272,9 +273,9 @@ static chorusResult_t wait_word_slow(uint64_t *counter, uint32_t *sleepers, cons
 }
 
 /* Wait until the counter reaches target (>=); error (optional) is a failed connection's flag. */
-static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers, const uint32_t *error,
-                                const char *transport, uint64_t target, const wait_ctx_t *w,
-                                const char *what)
+HOT_PATH static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers,
+                                         const uint32_t *error, const char *transport,
+                                         uint64_t target, const wait_ctx_t *w, const char *what)
 {
     static const uint32_t no_error = 0;
     if (error == NULL)
@@ -299,15 +300,15 @@ static chorusResult_t wait_counter(const conn_t *c, uint64_t *counter, uint32_t 
     return wait_word(counter, sleepers, &c->ctrl->error, c->transport, target, w, what);
 }
 
-chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wait_ctx_t *w,
-                              const char *transport, const char *what)
+HOT_PATH chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wait_ctx_t *w,
+                                       const char *transport, const char *what)
 {
     if (__atomic_load_n(&f->value, __ATOMIC_ACQUIRE) >= target)
         return chorusSuccess;
     return wait_word(&f->value, &f->sleepers, NULL, transport, target, w, what);
 }
 
-static void publish(uint64_t *counter, uint32_t *sleepers, uint64_t value)
+HOT_PATH static void publish(uint64_t *counter, uint32_t *sleepers, uint64_t value)
 {
     __atomic_store_n(counter, value, __ATOMIC_RELEASE);
     fifo_fence_light();
@@ -315,7 +316,7 @@ static void publish(uint64_t *counter, uint32_t *sleepers, uint64_t value)
         futex_wake_all(counter);
 }
 
-void fifo_set_flag(fifo_flag_t *f, uint64_t value)
+HOT_PATH void fifo_set_flag(fifo_flag_t *f, uint64_t value)
 {
     publish(&f->value, &f->sleepers, value);
 }

@@ -29,7 +29,7 @@ const memops_ops_t host_memops = {
     .divide = host_divide,
 };
 
-size_t dtype_nbytes(chorusDataType_t dtype)
+__attribute__((hot)) size_t dtype_nbytes(chorusDataType_t dtype)
 {
     switch (dtype) {
     case chorusInt8:

@@ -434,8 +434,8 @@ static void reduce_bounced(void *dst, const void *a, const void *b, size_t count
 
 /* memops_ops_t.reduce for host memory (host_memops.c puts it in the table). Invalid dtype or op:
  * nothing is written; callers validate arguments before any data moves. */
-void host_reduce(void *dst, const void *a, const void *b, size_t count, chorusDataType_t dtype,
-                 chorusRedOp_t op)
+__attribute__((hot)) void host_reduce(void *dst, const void *a, const void *b, size_t count,
+                                      chorusDataType_t dtype, chorusRedOp_t op)
 {
     size_t esize = dtype_nbytes(dtype);
     if (esize == 0 || (unsigned)op >= chorusNumOps || count == 0)

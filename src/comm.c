@@ -77,7 +77,7 @@ void comm_unregister(chorusComm_t comm, int aborted)
 }
 
 /* 1: live; 2: aborted; 3: destroyed; 0: never a communicator (as far as memory goes). */
-static int comm_state(const void *comm)
+HOT_PATH static int comm_state(const void *comm)
 {
     uint64_t gen = __atomic_load_n(&registry_gen, __ATOMIC_ACQUIRE);
     if (comm == checked_comm && gen == checked_gen && comm != NULL)
@@ -264,7 +264,7 @@ int comm_calls_running(chorusComm_t comm)
     return __atomic_load_n(&comm->queued, __ATOMIC_ACQUIRE) + slots_holding(comm);
 }
 
-chorusResult_t comm_call_enter(chorusComm_t comm, const char *fn, int *held)
+HOT_PATH chorusResult_t comm_call_enter(chorusComm_t comm, const char *fn, int *held)
 {
     *held = 0;
     call_slot_t *sl = slot_get();
@@ -323,7 +323,7 @@ void comm_op_finished(chorusComm_t comm, chorusResult_t res)
 }
 
 /* As comm_op_finished; the slot's release is the call's last touch of comm. */
-void comm_call_leave(chorusComm_t comm, chorusResult_t res, int held)
+HOT_PATH void comm_call_leave(chorusComm_t comm, chorusResult_t res, int held)
 {
     if (!held) {
         comm_op_finished(comm, res);

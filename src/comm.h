@@ -85,7 +85,6 @@ struct chorusComm {
     struct zc_map *zc_maps; /* [ZC_MAX_MAPS]: peers' chorusMemAlloc regions mapped (window.c) */
     uint64_t zc_clock;
     uint64_t zc_reads; /* pieces read in place from peers' chorusMemAlloc memory (direct.c) */
-    channel_t channels[MAX_CHANNELS];
     comm_conn_t *p2p_send; /* [nranks], built on first use */
     comm_conn_t *p2p_recv;
     exec_pool_t *pool;
@@ -113,6 +112,9 @@ struct chorusComm {
     struct cuda_dev *cuda_dev; /* its stream, kernels and ring, from the first such call */
     pthread_mutex_t state_lock; /* guards async_error, last_error, failure */
     char last_error[1024];
+    /* Last: 57 KiB that direct calls never read, so the fields every call reads (above) lie in
+     * one or two pages (a process switch empties the TLB here; debug.h's HOT_PATH). */
+    channel_t channels[MAX_CHANNELS];
 };
 
 /* window.c: the direct algorithms' node-local windows. possible: every rank on this host and

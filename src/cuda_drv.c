@@ -76,7 +76,7 @@ static void cu_resolve(void)
     }
 }
 
-const char *cuda_drv_missing(void)
+HOT_PATH const char *cuda_drv_missing(void)
 {
     pthread_once(&cu_once, cu_resolve);
     return cu_missing;

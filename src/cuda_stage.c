@@ -302,7 +302,7 @@ typedef struct cuda_async {
 
 static __thread int is_worker TLS_HOT;
 
-int cuda_stage_is_worker(void)
+HOT_PATH int cuda_stage_is_worker(void)
 {
     return is_worker;
 }
@@ -459,14 +459,23 @@ static chorusResult_t async_enqueue(chorusComm_t comm, cuda_async_t *a, int k, u
     return chorusSuccess;
 }
 
-chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const char *fn,
-                                int *taken_p)
+static __attribute__((noinline)) chorusResult_t stage_async(chorusComm_t comm, comm_op_t *ops,
+                                                            int n, const char *fn);
+
+HOT_PATH chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const char *fn,
+                                         int *taken_p)
 {
     *taken_p = 0;
     cuda_drv_missing();
     if (!async_wanted(comm, ops, n))
         return chorusSuccess;
     *taken_p = 1;
+    return stage_async(comm, ops, n, fn);
+}
+
+/* cuda_stage_async once it takes the operations. */
+static chorusResult_t stage_async(chorusComm_t comm, comm_op_t *ops, int n, const char *fn)
+{
     const void *any;
     size_t total = staged_nbytes(comm, ops, n, &any);
     int direct = cuda_dev_wanted(comm, ops, n); /* GPU to GPU: nothing to stage */
@@ -552,7 +561,7 @@ chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const 
     return chorusSuccess;
 }
 
-chorusResult_t cuda_stage_drain(chorusComm_t comm)
+HOT_PATH chorusResult_t cuda_stage_drain(chorusComm_t comm)
 {
     cuda_async_t *a = comm->cuda_async;
     if (a == NULL || is_worker)

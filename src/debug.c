@@ -158,7 +158,7 @@ chorusResult_t debug_init(void)
     return chorusSuccess;
 }
 
-void debug_set_rank(int rank)
+HOT_PATH void debug_set_rank(int rank)
 {
     debug_rank = rank;
 }
@@ -216,7 +216,7 @@ const char *debug_last_error(void)
     return last_error;
 }
 
-void debug_clear_error(void)
+HOT_PATH void debug_clear_error(void)
 {
     if (has_error) {
         last_error[0] = '\0';

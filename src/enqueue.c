@@ -36,8 +36,8 @@ static int is_p2p(coll_kind_t kind)
     "host memory)"
 
 /* dev/host count the buffers of each kind the call passes (for the mixing check). */
-static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf, size_t count,
-                                   int rank, int *dev, int *host)
+HOT_PATH static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf,
+                                            size_t count, int rank, int *dev, int *host)
 {
     if (count == 0)
         return chorusSuccess;
@@ -63,7 +63,7 @@ static chorusResult_t check_buffer(const char *fn, const char *name, const void 
 /* Validate op completely; on success it may run. */
 /* on_device_p: set to 1 when the buffers are CUDA device memory, or the call moves no bytes here
  * and names a cudaStream_t. */
-static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
+HOT_PATH static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
 {
     const coll_args_t *a = &op->args;
     const char *fn = coll_name(a->kind);
@@ -284,7 +284,9 @@ static chorusResult_t run_rooted_tree(chorusComm_t comm, const coll_args_t *a)
     return algo_program(a->kind, 1)(&w);
 }
 
-static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
+static chorusResult_t run_channels(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice);
+
+HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
 {
     size_t esize = dtype_nbytes(a->dtype);
     /* The model prices every algorithm at every channel count: calls of one size ask it once. */
@@ -308,6 +310,15 @@ static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
         fill_prims(comm, a, &p);
         return direct_program(&p, &comm->win_view, a, choice.algo == ALGO_TWOSHOT);
     }
+    return run_channels(comm, a, choice);
+}
+
+/* A collective on the channels (ring or tree): apart from run_coll, whose direct calls then need
+ * neither its code nor its 12 KiB of stack (tasks, views). */
+static __attribute__((noinline)) chorusResult_t
+run_channels(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice)
+{
+    size_t esize = dtype_nbytes(a->dtype);
     int tree = choice.algo == ALGO_TREE && comm->nranks > 1;
     int nch = comm->nchannels;
     if (!comm->nchannels_forced && choice.nchannels < nch)
@@ -446,7 +457,7 @@ out:
     return res;
 }
 
-chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
+HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
 {
     chorusResult_t res = chorusSuccess;
     debug_set_rank(comm->rank);
@@ -542,7 +553,7 @@ chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     return res;
 }
 
-static chorusResult_t issue(comm_op_t *op)
+HOT_PATH static chorusResult_t issue(comm_op_t *op)
 {
     /* Counted before anything reads the communicator: a concurrent chorusCommAbort either
      * refuses this call here or waits for it before freeing the communicator. */
@@ -581,54 +592,56 @@ static chorusResult_t issue(comm_op_t *op)
     comm_op_t o = {comm, stream, {kind_, send_, recv_, count_, dtype_, op_, root_}, 0, NULL, 0};   \
     return issue(&o)
 
-chorusResult_t chorusAllReduce(const void *sendbuff, void *recvbuff, size_t count,
-                               chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
-                               chorusStream_t stream)
+HOT_PATH chorusResult_t chorusAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                        chorusDataType_t datatype, chorusRedOp_t op,
+                                        chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0);
 }
 
-chorusResult_t chorusBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                               chorusDataType_t datatype, int root, chorusComm_t comm,
-                               chorusStream_t stream)
+HOT_PATH chorusResult_t chorusBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                        chorusDataType_t datatype, int root, chorusComm_t comm,
+                                        chorusStream_t stream)
 {
     OP(COLL_BROADCAST, sendbuff, recvbuff, count, datatype, chorusSum, root);
 }
 
-chorusResult_t chorusReduce(const void *sendbuff, void *recvbuff, size_t count,
-                            chorusDataType_t datatype, chorusRedOp_t op, int root,
-                            chorusComm_t comm, chorusStream_t stream)
+HOT_PATH chorusResult_t chorusReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                     chorusDataType_t datatype, chorusRedOp_t op, int root,
+                                     chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_REDUCE, sendbuff, recvbuff, count, datatype, op, root);
 }
 
-chorusResult_t chorusAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                               chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream)
+HOT_PATH chorusResult_t chorusAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                        chorusDataType_t datatype, chorusComm_t comm,
+                                        chorusStream_t stream)
 {
     OP(COLL_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, chorusSum, 0);
 }
 
-chorusResult_t chorusReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                   chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
-                                   chorusStream_t stream)
+HOT_PATH chorusResult_t chorusReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                            chorusDataType_t datatype, chorusRedOp_t op,
+                                            chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0);
 }
 
-chorusResult_t chorusAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                              chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream)
+HOT_PATH chorusResult_t chorusAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                       chorusDataType_t datatype, chorusComm_t comm,
+                                       chorusStream_t stream)
 {
     OP(COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, chorusSum, 0);
 }
 
-chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype, int peer,
-                          chorusComm_t comm, chorusStream_t stream)
+HOT_PATH chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype,
+                                   int peer, chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_SEND, sendbuff, NULL, count, datatype, chorusSum, peer);
 }
 
-chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatype, int peer,
-                          chorusComm_t comm, chorusStream_t stream)
+HOT_PATH chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatype,
+                                   int peer, chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_RECV, NULL, recvbuff, count, datatype, chorusSum, peer);
 }

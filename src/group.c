@@ -16,7 +16,7 @@ static __thread int group_depth TLS_HOT;
 static __thread comm_op_t *group_ops;
 static __thread int group_nops, group_cap;
 
-int group_active(void)
+HOT_PATH int group_active(void)
 {
     return group_depth > 0;
 }

@@ -35,7 +35,7 @@ typedef int (*cu_pointer_get_attribute_t)(void *data, int attribute, uintptr_t p
 static cu_pointer_get_attribute_t cu_get_attr;
 static int64_t next_probe_ns;
 
-int mem_is_device(const void *ptr)
+HOT_PATH int mem_is_device(const void *ptr)
 {
     cu_pointer_get_attribute_t fn = __atomic_load_n(&cu_get_attr, __ATOMIC_ACQUIRE);
     if (fn == NULL) {

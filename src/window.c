@@ -183,10 +183,18 @@ static void disable(chorusComm_t comm, const char *why)
              (long long)comm->params.direct_buffsize, why[0] ? ": " : "", why);
 }
 
-chorusResult_t window_connect(chorusComm_t comm)
+static __attribute__((noinline)) chorusResult_t window_map(chorusComm_t comm);
+
+HOT_PATH chorusResult_t window_connect(chorusComm_t comm)
 {
     if (comm->win_base != NULL || !comm->tuner.topo.direct)
         return chorusSuccess;
+    return window_map(comm);
+}
+
+/* window_connect's first time: make, map and agree on the windows. */
+static chorusResult_t window_map(chorusComm_t comm)
+{
     chorusResult_t res = chorusSuccess;
     int n = comm->nranks, me = comm->rank, all = 0;
     size_t bufsz = ((size_t)comm->params.direct_buffsize + 4095) & ~(size_t)4095;

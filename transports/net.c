@@ -498,7 +498,7 @@ static void proxy_remove(net_state_t *ns, net_conn_t *c)
     pthread_mutex_unlock(&ns->lock);
 }
 
-void transport_ops_begin(transport_comm_t *tc)
+HOT_PATH void transport_ops_begin(transport_comm_t *tc)
 {
     net_state_t *ns = tc->net;
     if (ns == NULL)
@@ -509,7 +509,7 @@ void transport_ops_begin(transport_comm_t *tc)
     fifo_bell_ring(&ns->bell);
 }
 
-void transport_ops_end(transport_comm_t *tc)
+HOT_PATH void transport_ops_end(transport_comm_t *tc)
 {
     net_state_t *ns = tc->net;
     if (ns == NULL)
