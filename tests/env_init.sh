@@ -18,10 +18,26 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 status=0
 
-# A port nobody listens on now: the kernel picks one, we release it (python3), else from the pid.
+# A port nobody listens on now, below the kernel's ephemeral range (as harness_free_port): a port
+# from that range can be taken by an outgoing connection of a test running beside this one
+# before rank 0 listens on it (CI once: "cannot listen on 127.0.0.1:43557").
 free_port() {
-    local py='import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-    python3 -c "$py" 2>/dev/null || echo $((20000 + ($$ + RANDOM) % 12000))
+    local lo=32768 hi p
+    read -r lo hi < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+    local py='import random, socket, sys
+lo = int(sys.argv[1])
+for _ in range(64):
+    p = random.randrange(10000, lo)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    s.close()
+    print(p)
+    break'
+    p=$(python3 -c "$py" "$lo" 2>/dev/null)
+    echo "${p:-$((10000 + ($$ + RANDOM) % (lo - 10000)))}"
 }
 
 # start NAME RANK VAR=VALUE...: one rank in the background, output in $dir/NAME.RANK
