@@ -107,14 +107,16 @@ HOT_PATH chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int
 {
     fifo_flag_t *f = (fifo_flag_t *)(void *)((char *)hdr(v, r) + off);
     p->wait.peer = r;
-    if (v->gate != NULL) {
-        v->gate->rank = r;
-        v->gate->off = (uint32_t)(off + offsetof(fifo_flag_t, value));
-        v->gate->s = s;
-        p->wait.gate = &v->gate->gate;
-    }
-    if (__atomic_load_n(&f->value, __ATOMIC_ACQUIRE) < s)
+    if (__atomic_load_n(&f->value, __ATOMIC_ACQUIRE) < s) {
         done_flush(v);
+        /* What the gate publishes if this wait parks (only a wait that saw the flag short can) */
+        if (v->gate != NULL) {
+            v->gate->rank = r;
+            v->gate->off = (uint32_t)(off + offsetof(fifo_flag_t, value));
+            v->gate->s = s;
+            p->wait.gate = &v->gate->gate;
+        }
+    }
     CHECK(fifo_wait_flag(f, s, &p->wait, "shm", what));
     /* A rank publishes ready for piece s only after finishing piece s - 1 (done included): seeing
      * it spares reading r's done flag later. */

@@ -209,13 +209,14 @@ HOT_PATH static chorusResult_t wait_word_slow(uint64_t *counter, uint32_t *sleep
     while (now - start < FIFO_YIELD_NS && !__atomic_load_n(error, __ATOMIC_ACQUIRE)) {
         if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
             return chorusSuccess;
-        if (g == NULL || now - yielded >= FIFO_GATE_YIELD_NS || g->yield_useful(g->arg)) {
+        int yield = g == NULL || now - yielded >= FIFO_GATE_YIELD_NS || g->yield_useful(g->arg);
+        if (yield)
             sched_yield();
-            yielded = fifo_now_ns();
-        } else {
+        else
             fifo_cpu_relax();
-        }
         now = fifo_now_ns();
+        if (yield)
+            yielded = now;
     }
     for (;;) {
         uint64_t v = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
