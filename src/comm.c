@@ -280,6 +280,22 @@ HOT_PATH chorusResult_t comm_call_enter(chorusComm_t comm, const char *fn, int *
     return comm_op_started(comm, fn);
 }
 
+HOT_PATH int comm_call_empty(chorusComm_t comm, int root)
+{
+    call_slot_t *sl = my_slot;
+    if (sl == NULL || comm == NULL || sl->comm != NULL)
+        return 0;
+    /* comm_call_enter's protocol: held in the slot, a concurrent chorusCommAbort cannot free it. */
+    __atomic_store_n(&sl->comm, comm, __ATOMIC_RELAXED);
+    fifo_fence_light();
+    int done = comm == checked_comm &&
+               __atomic_load_n(&registry_gen, __ATOMIC_ACQUIRE) == checked_gen &&
+               !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) &&
+               (unsigned)root < (unsigned)comm->nranks;
+    __atomic_store_n(&sl->comm, NULL, __ATOMIC_RELEASE);
+    return done;
+}
+
 /* Counting a call and checking its handle are one step under registry_lock, the lock
  * chorusCommAbort unregisters under before it waits for the count to drain: a call is either
  * counted (and waited for) or refused without touching the communicator. */

@@ -169,6 +169,10 @@ void comm_op_finished(chorusComm_t comm, chorusResult_t res);
 /* As comm_op_started/finished for a call run at once on this thread: counted in the thread's call
  * slot (no lock, no locked add) when it has no other call under way; held says how to finish. */
 chorusResult_t comm_call_enter(chorusComm_t comm, const char *fn, int *held);
+/* A call of no elements on comm, counted and checked at once: 1 when comm is the live
+ * communicator this thread last checked, not aborted, and root (0 where none) names a rank; 0
+ * sends the call the general way, which reports what is wrong. */
+int comm_call_empty(chorusComm_t comm, int root);
 void comm_call_leave(chorusComm_t comm, chorusResult_t res, int held);
 /* Operations of comm queued or running (counted either way). */
 int comm_calls_running(chorusComm_t comm);
@@ -176,7 +180,12 @@ int comm_calls_running(chorusComm_t comm);
 chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms);
 
 /* group.c: 1 while inside chorusGroupStart/End on this thread; ops queue there. */
-int group_active(void);
+/* chorusGroupStart nesting of this thread (initial-exec: TLS_HOT of debug.h) */
+extern __thread int group_depth __attribute__((tls_model("initial-exec")));
+static inline int group_active(void)
+{
+    return group_depth > 0;
+}
 chorusResult_t group_add(const comm_op_t *op);
 
 /* stream.c */

@@ -30,7 +30,7 @@ static char debug_init_error[256];
 static __thread int debug_rank TLS_HOT = -1;
 static __thread char last_error[1024];
 static __thread int quiet_errors TLS_HOT;
-static __thread int has_error TLS_HOT; /* last_error holds text */
+__thread int debug_has_error TLS_HOT; /* last_error holds text */
 
 int debug_set_quiet_errors(int quiet)
 {
@@ -204,7 +204,7 @@ chorusResult_t debug_error(chorusResult_t res, unsigned subsys, const char *file
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
     memcpy(last_error, text, sizeof(last_error));
-    has_error = 1;
+    debug_has_error = 1;
     int level = quiet_errors ? LOG_INFO : LOG_WARN;
     if (debug_level >= level && (debug_subsys & subsys))
         debug_log(level, subsys, file, line, "%s", last_error);
@@ -218,8 +218,8 @@ const char *debug_last_error(void)
 
 HOT_PATH void debug_clear_error(void)
 {
-    if (has_error) {
+    if (debug_has_error) {
         last_error[0] = '\0';
-        has_error = 0;
+        debug_has_error = 0;
     }
 }

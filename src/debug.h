@@ -38,6 +38,8 @@ enum {
 };
 
 extern int debug_level;
+/* This thread has an error text recorded (chorusGetLastError); a call clears it. */
+extern __thread int debug_has_error TLS_HOT;
 extern unsigned debug_subsys;
 
 /* Reads CHORUS_DEBUG* once per process; returns an error naming a malformed variable. */

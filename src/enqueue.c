@@ -103,12 +103,17 @@ HOT_PATH static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
     size_t esize = dtype_nbytes(a->dtype);
     int many =
         a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER || a->kind == COLL_ALLTOALL;
-    size_t limit = SIZE_MAX / esize / (many ? (size_t)n : 1);
-    if (a->count > limit || a->count > (SIZE_MAX >> 2) / esize)
+    /* No division: a 64-bit divide costs more than the rest of a call with no elements. */
+    size_t nall, nbytes;
+    if (__builtin_mul_overflow(a->count, many ? (size_t)n : 1, &nall) ||
+        __builtin_mul_overflow(nall, esize, &nbytes) || nbytes > (SIZE_MAX >> 2))
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): count %zu times the %zu-byte datatype%s overflows size_t", fn,
                    rank, a->count, esize, many ? " times nranks" : "");
-    size_t nall = many ? a->count * (size_t)n : a->count;
+    if (nall == 0 && op->stream == NULL) { /* no bytes and no stream: nothing more to check */
+        *on_device_p = 0;
+        return chorusSuccess;
+    }
     int dev = 0, host = 0;
     switch (a->kind) {
     case COLL_ALLREDUCE:
@@ -588,7 +593,23 @@ HOT_PATH static chorusResult_t issue(comm_op_t *op)
     return res;
 }
 
+/* A collective of no elements, no stream, outside a group, on a communicator this thread has
+ * used: its arguments checked and nothing else, without building the call (4 ranks, an 8 B
+ * all-gather has no element per rank: Open MPI returns such a call in 3 ns, the general way here
+ * took 13-18). Anything else, or anything wrong, goes the general way, which reports it. */
+HOT_PATH static inline int empty_done(chorusComm_t comm, coll_kind_t kind, chorusDataType_t dtype,
+                                      chorusRedOp_t op, int root)
+{
+    int reduces = kind == COLL_ALLREDUCE || kind == COLL_REDUCE || kind == COLL_REDUCESCATTER;
+    if (is_p2p(kind) || group_active() || debug_has_error || (unsigned)dtype >= chorusNumTypes ||
+        (reduces && (unsigned)op >= chorusNumOps))
+        return 0;
+    return comm_call_empty(comm, root);
+}
+
 #define OP(kind_, send_, recv_, count_, dtype_, op_, root_)                                        \
+    if ((count_) == 0 && stream == NULL && empty_done(comm, kind_, dtype_, op_, root_))            \
+        return chorusSuccess;                                                                      \
     comm_op_t o = {comm, stream, {kind_, send_, recv_, count_, dtype_, op_, root_}, 0, NULL, 0};   \
     return issue(&o)
 

@@ -12,14 +12,9 @@
 #include "comm.h"
 #include "debug.h"
 
-static __thread int group_depth TLS_HOT;
+__thread int group_depth TLS_HOT;
 static __thread comm_op_t *group_ops;
 static __thread int group_nops, group_cap;
-
-HOT_PATH int group_active(void)
-{
-    return group_depth > 0;
-}
 
 chorusResult_t group_add(const comm_op_t *op)
 {

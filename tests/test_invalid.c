@@ -8,18 +8,20 @@
  * AllGather/ReduceScatter/AlltoAll) overflowing size_t; a bogus stream. Every entry must return
  * chorusInvalidArgument, leave both buffers bit-for-bit as they were, leave a last-error text that
  * names the function and the argument, and leave the communicator usable: a valid all-reduce right
- * after it gives the right result. An invalid call inside a group is refused at once and the
+ * after it gives the right result. Count 0 alone (outside a group, the quick way): accepted with
+ * NULL buffers, a bad datatype/op/root still refused by name, the next valid call clears the
+ * thread's error text. An invalid call inside a group is refused at once and the
  * group's valid calls still run. Also chorusInvalidUsage for chorusGroupEnd without
  * chorusGroupStart; chorusInvalidArgument for a config not made by CHORUS_CONFIG_INITIALIZER, bad
  * config fields, nranks < 1, rank outside 0..nranks-1, a NULL output, an id with a bad magic, and
  * bad chorusCommInitAll/Split arguments.
  * Aborted communicator: rank 0 of a 2-rank communicator with config timeoutMs = 300 all-reduces
  * 4 MiB alone; it must get chorusTimeout or chorusRemoteError in bounded time (not hang), the
- * async error must report it, the next call must be refused with chorusInvalidUsage naming the
- * abort (buffers untouched), and both ranks then destroy without hanging.
- * chorusMemAlloc/chorusMemFree: NULL ptr and 0 bytes refused; freeing a pointer inside a buffer
- * but not its start refused with chorusInvalidArgument (the buffer stays usable and is freed);
- * chorusMemAllocDevice in a process without CUDA is chorusInvalidUsage naming CUDA.
+ * async error must report it, the next call (and a count-0 one) must be refused with
+ * chorusInvalidUsage naming the abort (buffers untouched), and both ranks then destroy without
+ * hanging. chorusMemAlloc/chorusMemFree: NULL ptr and 0 bytes refused; freeing a pointer inside a
+ * buffer but not its start refused with chorusInvalidArgument (the buffer stays usable and is
+ * freed); chorusMemAllocDevice in a process without CUDA is chorusInvalidUsage naming CUDA.
  * Malformed environment: each bad CHORUS_* value makes init (and chorusGetUniqueId, and
  * chorusCommInitAll) fail with chorusInvalidArgument and a message naming the variable; once
  * unset, init with the same id succeeds.
@@ -261,6 +263,47 @@ static void run_count0(void)
                            "send/recv");
 }
 
+/* Count 0 outside a group (each call alone, comm already used by this thread: the quick way):
+ * accepted with NULL buffers, yet a bad datatype, op or root is still refused by name, and a
+ * call after a refused one clears the thread's error text. */
+static void run_count0_alone(void)
+{
+    long before = harness_failures;
+    static const bad_t bad0[] = {
+        {"count 0, datatype 42", F_ALLREDUCE, 0, 0, 0, 0, 0, 42, SUM, 0, "datatype"},
+        {"count 0, datatype -1", F_ALLGATHER, 0, 0, 0, 0, 0, -1, SUM, 0, "datatype"},
+        {"count 0, op 42", F_ALLREDUCE, 0, 0, 0, 0, 0, F32, 42, 0, "op 42"},
+        {"count 0, op -1", F_REDUCESCATTER, 0, 0, 0, 0, 0, F32, -1, 0, "op -1"},
+        {"count 0, root -1", F_BROADCAST, 0, 0, 0, 0, 0, F32, SUM, -1, "root"},
+        {"count 0, root nranks", F_BROADCAST, 0, 0, 0, 0, 0, F32, SUM, NRANKS, "root"},
+        {"count 0, root nranks", F_REDUCE, 0, 0, 0, 0, 0, F32, SUM, NRANKS, "root"},
+    };
+    for (int round = 0; round < 3; round++)
+        for (int r = 0; r < NRANKS; r++) {
+            CHECK_OK(chorusAllReduce(NULL, NULL, 0, chorusFloat32, chorusSum, comms[r], NULL));
+            CHECK_OK(chorusBroadcast(NULL, NULL, 0, chorusFloat32, NRANKS - 1, comms[r], NULL));
+            CHECK_OK(chorusReduce(NULL, NULL, 0, chorusBfloat16, chorusAvg, 0, comms[r], NULL));
+            CHECK_OK(chorusAllGather(NULL, NULL, 0, chorusUint8, comms[r], NULL));
+            CHECK_OK(chorusReduceScatter(NULL, NULL, 0, chorusInt64, chorusMin, comms[r], NULL));
+        }
+    for (size_t i = 0; i < sizeof(bad0) / sizeof(bad0[0]); i++) {
+        const bad_t *b = &bad0[i];
+        char what[160];
+        snprintf(what, sizeof(what), "%s %s (alone, after a valid one)", fn_names[b->fn], b->what);
+        CHECK_OK(chorusAllReduce(NULL, NULL, 0, chorusFloat32, chorusSum, comms[0], NULL));
+        chorusResult_t res = issue(b->fn, NULL, NULL, 0, b->dtype, b->op, b->root, comms[0], NULL);
+        harness_expect_refused(what, res, chorusInvalidArgument, chorusGetLastError(comms[0]),
+                               fn_names[b->fn], b->word);
+        CHECK_OK(chorusAllGather(NULL, NULL, 0, chorusFloat32, comms[0], NULL));
+        if (chorusGetLastError(NULL)[0] != '\0') /* the thread's own text */
+            FAIL("after %s, a valid count-0 call left the thread's error text \"%s\"", what,
+                 chorusGetLastError(NULL));
+    }
+    valid_allreduce("count-0 calls alone");
+    harness_report(before, "count-0 collectives alone: accepted with NULL buffers; bad datatype, "
+                           "op and root still refused by name; the next call clears the error");
+}
+
 /* An invalid call inside a group is refused at once; the group's valid calls still run. */
 static void run_group(void)
 {
@@ -443,6 +486,17 @@ static void *abort_rank_thread(void *p)
                 FAIL("the refused call on the aborted communicator changed a buffer");
                 break;
             }
+        /* chorusCommCount succeeds and clears this thread's error text: the count-0 calls
+         * below take the quick way, which must see the abort too. */
+        int count_n = 0;
+        CHECK_OK(chorusCommCount(a->comm, &count_n));
+        res = chorusAllReduce(NULL, NULL, 0, chorusInt32, chorusSum, a->comm, NULL);
+        harness_expect_refused("a count-0 collective issued on the aborted communicator", res,
+                               chorusInvalidUsage, chorusGetLastError(a->comm), "abort", NULL);
+        CHECK_OK(chorusCommCount(a->comm, &count_n));
+        res = chorusBroadcast(NULL, NULL, 0, chorusInt32, 1, a->comm, NULL);
+        harness_expect_refused("a count-0 broadcast issued on the aborted communicator", res,
+                               chorusInvalidUsage, chorusGetLastError(a->comm), "abort", NULL);
         res = chorusSend(s, 8, chorusInt32, 1, a->comm, NULL);
         harness_expect_refused("a send issued on the aborted communicator", res, chorusInvalidUsage,
                                chorusGetLastError(a->comm), "abort", NULL);
@@ -623,6 +677,7 @@ int main(void)
     valid_allreduce("init");
     run_table();
     run_count0();
+    run_count0_alone();
     run_group();
     run_init_args();
     run_memalloc();
