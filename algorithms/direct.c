@@ -96,7 +96,7 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
         size_t len = a->count - off < per ? a->count - off : per;
         CHECK(direct_piece_begin(p, v, &s, 2));
         if (!twoshot && len * es <= LINES_MAX_NBYTES) {
-            direct_lines_write(v, s, in + off * es, 1, len * es, 0);
+            direct_lines_write(v, s, in + off * es, len * es);
             CHECK(direct_lines_reduce_all(p, v, s, 0, (char *)a->recvbuff + off * es, len));
             direct_piece_done(v, s, 0);
             continue;
@@ -207,11 +207,9 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        int inline_ = len * es <= sizeof(hdr(v, me)->ready[0].payload);
-        int ll = !inline_ && len * es <= DIRECT_LL_NBYTES;
-        CHECK(direct_piece_begin(p, v, &s, ll ? LL_LAG : 2));
-        if (ll) {
-            direct_ll_write(v, s, in + off * es, len * es);
+        CHECK(direct_piece_begin(p, v, &s, 2));
+        if (len * es <= LINES_MAX_NBYTES) {
+            direct_lines_write(v, s, in + off * es, len * es);
             for (int k = 0; k < n; k++) {
                 int r = (me + k) % n;
                 char *dst = (char *)a->recvbuff + ((size_t)r * a->count + off) * es;
@@ -219,23 +217,8 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
                     if (dst != in + off * es)
                         memcpy(dst, in + off * es, len * es);
                 } else {
-                    CHECK(direct_ll_read(p, v, r, s, dst, len * es));
+                    CHECK(direct_lines_read(p, v, r, s, 0, dst, len * es));
                 }
-            }
-            direct_piece_done(v, s, 0);
-            continue;
-        }
-        if (inline_) {
-            /* Small: the data rides in the ready flag's cache line. */
-            fifo_flag_t *mine = &hdr(v, me)->ready[s & 1];
-            memcpy(mine->payload, in + off * es, len * es);
-            fifo_set_flag(mine, s);
-            for (int k = 0; k < n; k++) {
-                int r = (me + k) % n;
-                if (r != me)
-                    CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
-                memcpy((char *)a->recvbuff + ((size_t)r * a->count + off) * es,
-                       hdr(v, r)->ready[s & 1].payload, len * es);
             }
             direct_piece_done(v, s, 0);
             continue;
@@ -271,15 +254,20 @@ HOT_PATH static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v,
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         uint64_t s;
-        int lines = (size_t)n * len * es <= LINES_MAX_NBYTES;
+        int lines = (size_t)(n - 1) * len * es <= LINES_MAX_NBYTES;
         CHECK(direct_piece_begin(p, v, &s, 2));
         if (lines) {
-            /* Part r of this rank's input at byte r * len * es of its lines; rank i reduces
-             * part i. */
-            direct_lines_write(v, s, (const char *)a->sendbuff + off * es, n, len * es,
-                               a->count * es);
-            CHECK(direct_lines_reduce_all(p, v, s, (size_t)me * len * es,
-                                          (char *)a->recvbuff + off * es, len));
+            /* The parts of the others only, in rank order; rank i reduces part i with its own
+             * from its input. */
+            _Alignas(64) char tmp[LINES_MAX_NBYTES];
+            for (int r = 0, k = 0; r < n; r++)
+                if (r != me)
+                    memcpy(tmp + (size_t)k++ * len * es,
+                           (const char *)a->sendbuff + ((size_t)r * a->count + off) * es, len * es);
+            direct_lines_write(v, s, tmp, (size_t)(n - 1) * len * es);
+            CHECK(direct_lines_reduce_part(
+                p, v, s, (const char *)a->sendbuff + ((size_t)me * a->count + off) * es,
+                (char *)a->recvbuff + off * es, len));
             direct_piece_done(v, s, 0);
             continue;
         }

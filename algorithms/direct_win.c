@@ -266,16 +266,8 @@ HOT_PATH chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v,
  * words, the writer sets its ready flag after the lines, and a reader that spun too long sleeps
  * on it.
  */
-HOT_PATH void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
-                                 size_t part_nbytes, size_t stride)
+HOT_PATH void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes)
 {
-    _Alignas(64) char tmp[DIRECT_LINES_NBYTES];
-    size_t nbytes = (size_t)nparts * part_nbytes;
-    if (nparts > 1) { /* gathered first: the lines take a stream */
-        for (int k = 0; k < nparts; k++)
-            memcpy(tmp + (size_t)k * part_nbytes, src + (size_t)k * stride, part_nbytes);
-        src = tmp;
-    }
     direct_line_t *l = hdr(v, v->rank)->lines[s & 1];
     for (size_t off = 0; off < nbytes; off += DIRECT_LINE_DATA, l++) {
         memcpy(l->data, src + off,
@@ -330,6 +322,38 @@ HOT_PATH chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t 
     for (int r = 1; r < v->nranks; r++) {
         CHECK(direct_lines_read(p, v, r, s, first, tmp, nbytes));
         p->ops->reduce(out, out, tmp, count, p->dtype, p->op);
+    }
+    if (p->divisor)
+        p->ops->divide(out, out, count, p->dtype, p->divisor);
+    return chorusSuccess;
+}
+
+/* Reduce-scatter as tagged lines: rank w's lines hold the others' parts only (part j at index
+ * j - (j > w)), so each carries n - 1 parts; out = part me of rank 0 op ... op rank n-1 (rank
+ * order), this rank's own from own (its input, which out may be: in place); avg last. */
+HOT_PATH chorusResult_t direct_lines_reduce_part(prims_t *p, const direct_view_t *v, uint64_t s,
+                                                 const void *own, void *out, size_t count)
+{
+    _Alignas(64) char tmp[DIRECT_LINES_NBYTES], mine[DIRECT_LINES_NBYTES];
+    size_t nbytes = count * p->esize;
+    int me = v->rank;
+    if (me != 0 && own == out) { /* in place: rank 0's part lands in out first */
+        memcpy(mine, own, nbytes);
+        own = mine;
+    }
+    for (int r = 0; r < v->nranks; r++) {
+        const void *src = own;
+        if (r != me) {
+            src = r == 0 ? out : tmp;
+            CHECK(direct_lines_read(p, v, r, s, (size_t)(me - (me > r)) * nbytes, (void *)src,
+                                    nbytes));
+        }
+        if (r == 0) {
+            if (src != out)
+                memcpy(out, src, nbytes);
+        } else {
+            p->ops->reduce(out, out, src, count, p->dtype, p->op);
+        }
     }
     if (p->divisor)
         p->ops->divide(out, out, count, p->dtype, p->divisor);

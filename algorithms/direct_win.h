@@ -28,13 +28,18 @@ static inline char *buf(const direct_view_t *v, int r, uint64_t s)
 #define LL_WORDS(nbytes) (((nbytes) + 3) / 4)
 /* How many pieces ahead a rank that only reads LL pieces prefetches the writer's slot. */
 #define LL_PREFETCH 4
-/* All-reduce and reduce-scatter pieces up to 5 lines go as tagged lines. 2 ranks, all-reduce,
- * interleaved runs: 8 B 0.41-0.44 us against 0.54-0.56 in a ready flag's payload (the line the
- * reader polls, which the writer also reads for sleepers); 64 B 0.48-0.51 against 0.57-0.60 as
- * LL words; 128 B 0.47-0.55 and 256 B 0.53-0.57 against 0.61-0.64 and 0.59-0.67 as a flag then
- * the window buffer. From 512 B the buffer is faster (0.64 against 0.73-0.82; reduce-scatter
- * 0.61-0.63 against 0.67-0.72), since the reader copies the lines out before it reduces and
- * polls lines the writer has not written yet. */
+/* All-reduce, all-gather and reduce-scatter pieces up to 5 lines go as tagged lines (all-gather:
+ * this rank's piece; reduce-scatter: the others' parts, its own read from its input).
+ * 2 ranks, all-reduce, interleaved runs: 8 B 0.41-0.44 us against 0.54-0.56 in a ready flag's
+ * payload (the line the reader polls, which the writer also reads for sleepers); 64 B 0.48-0.51
+ * against 0.57-0.60 as LL words; 128 B 0.47-0.55 and 256 B 0.53-0.57 against 0.61-0.64 and
+ * 0.59-0.67 as a flag then the window buffer. From 512 B the buffer is faster (0.64 against
+ * 0.73-0.82), since the reader copies the lines out before it reduces and polls lines the writer
+ * has not written yet.
+ * 2 ranks, perftests with -n 20000, three rounds alternated: all-gather 8-128 B 0.38-0.40 us
+ * against 0.44-0.53 inline or as LL words, 512 B (256 a rank) 0.56-0.57 against 0.69-0.75
+ * through the buffer; reduce-scatter 16-512 B 0.37-0.50 against 0.46-0.64 with every part in the
+ * lines (to 256 B) or through the buffer (512 B). */
 #define LINES_MAX_NBYTES (5 * DIRECT_LINE_DATA)
 _Static_assert(LINES_MAX_NBYTES <= DIRECT_LINES_NBYTES, "a lines piece fits the lines region");
 
@@ -56,10 +61,9 @@ void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, size_t
  * then sleeps on r's ready flag (set after them). */
 chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
                               size_t nbytes);
-/* Write nparts parts of part_nbytes each (part k at src + k * stride; up to DIRECT_LINES_NBYTES
- * in all) one after the other as piece s's tagged lines; then the ready flag. */
-void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, int nparts,
-                        size_t part_nbytes, size_t stride);
+/* Write src[0, nbytes) (up to DIRECT_LINES_NBYTES) as piece s's tagged lines; then the ready
+ * flag. */
+void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes);
 /* Copy bytes [first, first + nbytes) of rank r's tagged lines of piece s into dst: passes over
  * the lines that hold them until all carry s, then sleeps on r's ready flag (set after them). */
 chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint64_t s,
@@ -68,6 +72,10 @@ chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint
  * avg's division last. */
 chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, size_t first,
                                        void *out, size_t count);
+/* Reduce-scatter as tagged lines (each rank's lines hold the others' parts, part j of writer w at
+ * index j - (j > w)): out = part of this rank, reduced in rank order with its own from own. */
+chorusResult_t direct_lines_reduce_part(prims_t *p, const direct_view_t *v, uint64_t s,
+                                        const void *own, void *out, size_t count);
 /* out = LL input of rank 0 op rank 1 op ... (rank order); avg's division last. */
 chorusResult_t direct_ll_reduce_all(prims_t *p, const direct_view_t *v, uint64_t s, void *out,
                                     size_t count);
