@@ -29,28 +29,6 @@ const memops_ops_t host_memops = {
     .divide = host_divide,
 };
 
-__attribute__((hot)) size_t dtype_nbytes(chorusDataType_t dtype)
-{
-    switch (dtype) {
-    case chorusInt8:
-    case chorusUint8:
-        return 1;
-    case chorusFloat16:
-    case chorusBfloat16:
-        return 2;
-    case chorusInt32:
-    case chorusUint32:
-    case chorusFloat32:
-        return 4;
-    case chorusInt64:
-    case chorusUint64:
-    case chorusFloat64:
-        return 8;
-    default:
-        return 0;
-    }
-}
-
 const char *dtype_name(chorusDataType_t dtype)
 {
     switch (dtype) {

@@ -28,8 +28,28 @@ typedef struct memops_ops {
 
 extern const memops_ops_t host_memops;
 
-/* Bytes per element of a valid dtype; 0 for an invalid value. */
-size_t dtype_nbytes(chorusDataType_t dtype);
+/* Bytes per element of a valid dtype; 0 for an invalid value (inline: every call asks). */
+static inline size_t dtype_nbytes(chorusDataType_t dtype)
+{
+    switch (dtype) {
+    case chorusInt8:
+    case chorusUint8:
+        return 1;
+    case chorusFloat16:
+    case chorusBfloat16:
+        return 2;
+    case chorusInt32:
+    case chorusUint32:
+    case chorusFloat32:
+        return 4;
+    case chorusInt64:
+    case chorusUint64:
+    case chorusFloat64:
+        return 8;
+    default:
+        return 0;
+    }
+}
 /* Short names ("float32", "sum") for logs and errors; "?" for invalid values. */
 const char *dtype_name(chorusDataType_t dtype);
 const char *redop_name(chorusRedOp_t op);

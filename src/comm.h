@@ -195,6 +195,9 @@ chorusResult_t stream_enqueue(chorusStream_t stream, comm_op_t *ops, int n);
 
 /* mem.c: 1 when ptr is CUDA device memory (only possible where libcuda is loaded). */
 int mem_is_device(const void *ptr);
+/* 0 while libcuda is not in the process (asked at most every 100 ms): no pointer is a device
+ * one; a call asks once, then mem_is_device per buffer. */
+int mem_cuda_possible(void);
 /* mem.c: 1 and *ref filled when [ptr, ptr + nbytes) lies in one chorusMemAlloc region that local
  * peers can map (ref->pid is left 0: the caller knows its own). */
 int mem_find_region(const void *ptr, size_t nbytes, mem_ref_t *ref);

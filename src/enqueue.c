@@ -36,15 +36,16 @@ static int is_p2p(coll_kind_t kind)
     "host memory)"
 
 /* dev/host count the buffers of each kind the call passes (for the mixing check). */
+/* cuda: mem_cuda_possible() of this call. */
 HOT_PATH static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf,
-                                            size_t count, int rank, int *dev, int *host)
+                                            size_t count, int rank, int cuda, int *dev, int *host)
 {
     if (count == 0)
         return chorusSuccess;
     if (buf == NULL)
         return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is NULL with count %zu", fn,
                    rank, name, count);
-    if (!mem_is_device(buf)) {
+    if (!cuda || !mem_is_device(buf)) {
         (*host)++;
         return chorusSuccess;
     }
@@ -114,39 +115,39 @@ HOT_PATH static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
         *on_device_p = 0;
         return chorusSuccess;
     }
-    int dev = 0, host = 0;
+    int dev = 0, host = 0, cuda = mem_cuda_possible();
     switch (a->kind) {
     case COLL_ALLREDUCE:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
         break;
     case COLL_BROADCAST:
         if (rank == a->root)
-            CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
+            CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
         break;
     case COLL_REDUCE:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
         if (rank == a->root)
-            CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
+            CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
         break;
     case COLL_ALLGATHER:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank, &dev, &host));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank, cuda, &dev, &host));
         break;
     case COLL_REDUCESCATTER:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank, cuda, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
         break;
     case COLL_ALLTOALL:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank, &dev, &host));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank, cuda, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank, cuda, &dev, &host));
         break;
     case COLL_SEND:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, &dev, &host));
+        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
         break;
     case COLL_RECV:
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, &dev, &host));
+        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
         break;
     }
     if (dev > 0 && host > 0)
@@ -470,11 +471,16 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
         /* Device buffers on one stream: queued there and on the CUDA worker, returns at once.
          * Anything else waits for what that worker still holds, so every rank runs its
          * operations in the order it issued them. */
+        int any_dev = 0;
+        for (int i = 0; i < n; i++)
+            any_dev |= ops[i].on_device;
         int taken = 0;
-        res = cuda_stage_async(comm, ops, n, n > 0 ? coll_name(ops[0].args.kind) : "", &taken);
+        if (any_dev)
+            res = cuda_stage_async(comm, ops, n, coll_name(ops[0].args.kind), &taken);
         if (taken)
             return res;
-        CHECK(cuda_stage_drain(comm));
+        if (comm->cuda_async != NULL)
+            CHECK(cuda_stage_drain(comm));
     }
     fifo_excl_lock(&comm->exec_lock);
     /* Collectives in issue order, then every send/recv of the batch as one progress loop: a
@@ -482,7 +488,8 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
      * collectives stand between them. Every rank orders its group the same way. */
     comm_op_t *p2p = NULL;
     int np2p = 0;
-    char what[96] = "";
+    char what[96]; /* the failed operation, named only on failure */
+    what[0] = '\0';
     uint64_t seq = 0;
     int last = -1; /* the collective that ran last (its name is formatted only on failure) */
     int ran = 0; /* res is the result of running an operation (not of refusing one) */

@@ -37,10 +37,23 @@ static int64_t next_probe_ns;
 
 HOT_PATH int mem_is_device(const void *ptr)
 {
+    if (!mem_cuda_possible())
+        return 0;
+    cu_pointer_get_attribute_t fn = __atomic_load_n(&cu_get_attr, __ATOMIC_ACQUIRE);
+    unsigned type = 0, managed = 0;
+    if (fn(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (uintptr_t)ptr) != 0)
+        return 0; /* not known to CUDA: host memory */
+    if (fn(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, (uintptr_t)ptr) == 0 && managed)
+        return 0; /* managed memory is host accessible */
+    return type == CU_MEMORYTYPE_DEVICE;
+}
+
+HOT_PATH int mem_cuda_possible(void)
+{
     cu_pointer_get_attribute_t fn = __atomic_load_n(&cu_get_attr, __ATOMIC_ACQUIRE);
     if (fn == NULL) {
-        /* The coarse clock: every call asks (twice), and the precise one costs a VM exit on
-         * some hypervisors; a probe every 100 ms needs no precision. */
+        /* The coarse clock: every call asks, and the precise one costs a VM exit on some
+         * hypervisors; a probe every 100 ms needs no precision. */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
         int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
@@ -55,12 +68,7 @@ HOT_PATH int mem_is_device(const void *ptr)
             return 0;
         __atomic_store_n(&cu_get_attr, fn, __ATOMIC_RELEASE);
     }
-    unsigned type = 0, managed = 0;
-    if (fn(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (uintptr_t)ptr) != 0)
-        return 0; /* not known to CUDA: host memory */
-    if (fn(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, (uintptr_t)ptr) == 0 && managed)
-        return 0; /* managed memory is host accessible */
-    return type == CU_MEMORYTYPE_DEVICE;
+    return 1;
 }
 
 typedef struct mem_region {
