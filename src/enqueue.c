@@ -35,8 +35,8 @@ static int is_p2p(coll_kind_t kind)
     "but this build of Chorus has no CUDA support (rebuild with -DCHORUS_ENABLE_CUDA=ON, or pass " \
     "host memory)"
 
-/* dev/host count the buffers of each kind the call passes (for the mixing check). */
-/* cuda: mem_cuda_possible() of this call. */
+/* dev/host count the buffers of each kind the call passes (for the mixing check); cuda is the
+ * call's mem_cuda_possible(). */
 HOT_PATH static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf,
                                             size_t count, int rank, int cuda, int *dev, int *host)
 {
