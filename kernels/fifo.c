@@ -39,8 +39,7 @@
 /* How long a waiter yields the core before it sleeps on the futex. */
 #define FIFO_YIELD_NS (200 * 1000)
 
-/* 0: not decided yet; 1: asymmetric (membarrier); 2: a full fence on both sides. */
-static int fence_mode;
+int fifo_fence_mode; /* fifo.h */
 static pthread_once_t fence_once = PTHREAD_ONCE_INIT;
 
 static void fence_decide(void)
@@ -48,7 +47,7 @@ static void fence_decide(void)
     long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
     int asym = q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
                syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
-    __atomic_store_n(&fence_mode, asym ? 1 : 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&fifo_fence_mode, asym ? 1 : 2, __ATOMIC_RELEASE);
 }
 
 void fifo_fence_setup(void)
@@ -58,15 +57,15 @@ void fifo_fence_setup(void)
 
 static inline int fence_asym(void)
 {
-    int m = __atomic_load_n(&fence_mode, __ATOMIC_ACQUIRE);
+    int m = __atomic_load_n(&fifo_fence_mode, __ATOMIC_ACQUIRE);
     if (__builtin_expect(m == 0, 0)) {
         fifo_fence_setup();
-        m = __atomic_load_n(&fence_mode, __ATOMIC_ACQUIRE);
+        m = __atomic_load_n(&fifo_fence_mode, __ATOMIC_ACQUIRE);
     }
     return m == 1;
 }
 
-HOT_PATH void fifo_fence_light(void)
+void fifo_fence_light_slow(void)
 {
     if (fence_asym())
         __atomic_signal_fence(__ATOMIC_SEQ_CST);

@@ -163,7 +163,20 @@ int64_t fifo_now_ns(void);
  * fence, then loads; a sleeper stores, calls the heavy fence, then loads. Setup registers the
  * process for the heavy fence; it runs on first use, and init calls it early. */
 void fifo_fence_setup(void);
-void fifo_fence_light(void);
+/* 0: not decided yet; 1: asymmetric (membarrier); 2: a full fence on both sides. */
+extern int fifo_fence_mode;
+void fifo_fence_light_slow(void); /* decides first, then fences */
+/* Inline: every call passes it several times. */
+static inline void fifo_fence_light(void)
+{
+    int m = __atomic_load_n(&fifo_fence_mode, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(m == 1, 1))
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    else if (m == 2)
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    else
+        fifo_fence_light_slow();
+}
 void fifo_fence_heavy(void);
 /* A lock held for a whole operation (a communicator's exec lock): one locked exchange takes it
  * and a plain store gives it back (a pthread mutex costs a locked instruction each way). A
