@@ -84,10 +84,11 @@ chorusResult_t tree_reduce_program(const channel_work_t *w);
 #define DIRECT_HDR_NBYTES 20480
 #define DIRECT_MAX_RANKS 256
 /* Small pieces go as LL words (direct.c): 64 slots of 32 words, 4 data bytes each. Up to 128
- * bytes (all-reduce and reduce-scatter: tagged lines instead, below) LL beat a flag then the data
- * (2 ranks, 64 B all-reduce: 0.57 us against 0.68-0.71); from 256 bytes the doubled lines cost more
- * than the serial read saves (1.0 us against 0.7). A rank that only writes (broadcast root) runs up
- * to 64 pieces ahead: 4 ranks on 2 cores, 8 B broadcast, 0.4-0.6 us against 2.0 with 8 slots. */
+ * bytes (all-reduce, all-gather and reduce-scatter: tagged lines instead, below) LL beat a flag
+ * then the data (2 ranks, 64 B all-reduce: 0.57 us against 0.68-0.71); from 256 bytes the doubled
+ * lines cost more than the serial read saves (1.0 us against 0.7). A rank that only writes
+ * (broadcast root) runs up to 64 pieces ahead: 4 ranks on 2 cores, 8 B broadcast, 0.4-0.6 us
+ * against 2.0 with 8 slots. */
 #define DIRECT_LL_SLOTS 64
 #define DIRECT_LL_WORDS 32
 #define DIRECT_LL_NBYTES (DIRECT_LL_WORDS * 4)
