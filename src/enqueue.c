@@ -37,8 +37,9 @@ static int is_p2p(coll_kind_t kind)
 
 /* dev/host count the buffers of each kind the call passes (for the mixing check); cuda is the
  * call's mem_cuda_possible(). */
-HOT_PATH static chorusResult_t check_buffer(const char *fn, const char *name, const void *buf,
-                                            size_t count, int rank, int cuda, int *dev, int *host)
+HOT_PATH static inline __attribute__((always_inline)) chorusResult_t
+check_buffer(const char *fn, const char *name, const void *buf, size_t count, int rank, int cuda,
+             int *dev, int *host)
 {
     if (count == 0)
         return chorusSuccess;
@@ -190,21 +191,21 @@ static chorusResult_t run_channel(void *arg)
     return res;
 }
 
+/* One initializer (the rest zero): stores in place, no memset call on every collective. */
 static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
 {
-    memset(p, 0, sizeof(*p));
-    p->ops = &host_memops;
-    p->dtype = a->dtype;
-    p->op = a->op;
-    p->esize = dtype_nbytes(a->dtype);
-    p->wait.abort_flag = &comm->abort_flag;
-    p->wait.timeout_ns = comm->timeout_ms * 1000000;
-    p->wait.spin = comm->spin;
-    p->wait.peer_alive = health_peer_alive;
-    p->wait.arg = comm;
-    p->wait.fail = &comm->op_fail;
-    p->wait.other_gone = health_other_gone;
-    p->divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0;
+    *p = (prims_t){.ops = &host_memops,
+                   .dtype = a->dtype,
+                   .op = a->op,
+                   .esize = dtype_nbytes(a->dtype),
+                   .wait = {.abort_flag = &comm->abort_flag,
+                            .timeout_ns = comm->timeout_ms * 1000000,
+                            .spin = comm->spin,
+                            .peer_alive = health_peer_alive,
+                            .arg = comm,
+                            .fail = &comm->op_fail,
+                            .other_gone = health_other_gone},
+                   .divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0};
 }
 
 static conn_req_t tree_req(conn_dir_t dir, int peer, int tag, size_t slot, comm_conn_t *cc)
@@ -467,13 +468,13 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
 {
     chorusResult_t res = chorusSuccess;
     debug_set_rank(comm->rank);
-    if (!cuda_stage_is_worker()) {
+    int any_dev = 0;
+    for (int i = 0; i < n; i++)
+        any_dev |= ops[i].on_device;
+    if ((any_dev || comm->cuda_async != NULL) && !cuda_stage_is_worker()) {
         /* Device buffers on one stream: queued there and on the CUDA worker, returns at once.
          * Anything else waits for what that worker still holds, so every rank runs its
          * operations in the order it issued them. */
-        int any_dev = 0;
-        for (int i = 0; i < n; i++)
-            any_dev |= ops[i].on_device;
         int taken = 0;
         if (any_dev)
             res = cuda_stage_async(comm, ops, n, coll_name(ops[0].args.kind), &taken);
@@ -497,8 +498,8 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     __atomic_store_n(&comm->in_op, 1, __ATOMIC_RELEASE);
     /* Device buffers: run on pinned host copies of them (cuda_stage.c). */
     comm_op_t *user = ops, *staged = NULL;
-    int direct = cuda_dev_wanted(comm, ops, n); /* or GPU to GPU (cuda_dev.c) */
-    for (int i = 0; i < n && !direct && staged == NULL && res == chorusSuccess; i++) {
+    int direct = any_dev && cuda_dev_wanted(comm, ops, n); /* or GPU to GPU (cuda_dev.c) */
+    for (int i = 0; any_dev && i < n && !direct && staged == NULL && res == chorusSuccess; i++) {
         if (!ops[i].on_device)
             continue;
         if ((staged = malloc(sizeof(comm_op_t) * n)) == NULL) {
@@ -559,8 +560,10 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
         res = health_explain(comm, what, seq, res);
     }
     __atomic_store_n(&comm->in_op, 0, __ATOMIC_RELEASE);
-    free(p2p);
-    free(staged);
+    if (p2p != NULL)
+        free(p2p);
+    if (staged != NULL)
+        free(staged);
     fifo_excl_unlock(&comm->exec_lock);
     return res;
 }
