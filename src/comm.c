@@ -29,9 +29,9 @@ static struct {
 static int gone_next;
 /* Bumped whenever a handle leaves the live set: a thread's last "live" answer for a handle
  * stands until then (the check every call makes takes no lock). */
-static uint64_t registry_gen;
-static __thread const void *checked_comm TLS_HOT;
-static __thread uint64_t checked_gen TLS_HOT;
+uint64_t registry_gen; /* comm.h */
+__thread const void *checked_comm TLS_HOT; /* comm.h */
+__thread uint64_t checked_gen TLS_HOT; /* comm.h */
 
 chorusResult_t comm_register(chorusComm_t comm)
 {
@@ -195,14 +195,8 @@ void comm_failure_text(chorusComm_t comm, char *buf, size_t len)
  * Other counts (groups, streams, the CUDA worker, a second call under way on a thread) go to
  * comm->queued as below. Slots are never freed; a thread's goes back to the pool when it exits.
  */
-typedef struct call_slot {
-    _Alignas(64) const void *comm; /* the call under way in the owner thread, or NULL */
-    int taken; /* owned by a live thread (under registry_lock) */
-    struct call_slot *next;
-} call_slot_t;
-
 static call_slot_t *slot_list; /* grows under registry_lock */
-static __thread call_slot_t *my_slot TLS_HOT;
+__thread call_slot_t *my_slot TLS_HOT; /* comm.h */
 static pthread_key_t slot_key;
 static int slot_key_ok;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
@@ -278,22 +272,6 @@ HOT_PATH chorusResult_t comm_call_enter(chorusComm_t comm, const char *fn, int *
         __atomic_store_n(&sl->comm, NULL, __ATOMIC_RELEASE);
     }
     return comm_op_started(comm, fn);
-}
-
-HOT_PATH int comm_call_empty(chorusComm_t comm, int root)
-{
-    call_slot_t *sl = my_slot;
-    if (sl == NULL || comm == NULL || sl->comm != NULL)
-        return 0;
-    /* comm_call_enter's protocol: held in the slot, a concurrent chorusCommAbort cannot free it. */
-    __atomic_store_n(&sl->comm, comm, __ATOMIC_RELAXED);
-    fifo_fence_light();
-    int done = comm == checked_comm &&
-               __atomic_load_n(&registry_gen, __ATOMIC_ACQUIRE) == checked_gen &&
-               !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) &&
-               (unsigned)root < (unsigned)comm->nranks;
-    __atomic_store_n(&sl->comm, NULL, __ATOMIC_RELEASE);
-    return done;
 }
 
 /* Counting a call and checking its handle are one step under registry_lock, the lock

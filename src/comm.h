@@ -15,6 +15,7 @@
 #include "algo.h"
 #include "bootstrap.h"
 #include "executor.h"
+#include "fifo.h"
 #include "health.h"
 #include "params.h"
 #include "topo.h"
@@ -169,10 +170,44 @@ void comm_op_finished(chorusComm_t comm, chorusResult_t res);
 /* As comm_op_started/finished for a call run at once on this thread: counted in the thread's call
  * slot (no lock, no locked add) when it has no other call under way; held says how to finish. */
 chorusResult_t comm_call_enter(chorusComm_t comm, const char *fn, int *held);
-/* A call of no elements on comm, counted and checked at once: 1 when comm is the live
+/* Call slots (comm.c): the one call under way on a thread is counted in its slot. */
+typedef struct call_slot {
+    _Alignas(64) const void *comm; /* the call under way in the owner thread, or NULL */
+    int taken; /* owned by a live thread (under registry_lock) */
+    struct call_slot *next;
+} call_slot_t;
+/* This thread's slot (NULL before its first call); the handle this thread last found live and
+ * registry_gen then (it stands until registry_gen moves: a handle left the live set). */
+extern __thread call_slot_t *my_slot __attribute__((tls_model("initial-exec")));
+extern __thread const void *checked_comm __attribute__((tls_model("initial-exec")));
+extern __thread uint64_t checked_gen __attribute__((tls_model("initial-exec")));
+extern uint64_t registry_gen;
+/*
+ * A call of no elements on comm, counted and checked at once: 1 when comm is the live
  * communicator this thread last checked, not aborted, and root (0 where none) names a rank; 0
- * sends the call the general way, which reports what is wrong. */
-int comm_call_empty(chorusComm_t comm, int root);
+ * sends the call the general way, which reports what is wrong. Inline and free of calls, so the
+ * API function's quick path saves no registers (a count-0 all-gather: 3.6 ns a call with this
+ * out of line, against Open MPI's 2.8); before the fence mode is decided it answers 0.
+ */
+static inline int comm_call_empty(chorusComm_t comm, int root)
+{
+    call_slot_t *sl = my_slot;
+    int m = __atomic_load_n(&fifo_fence_mode, __ATOMIC_ACQUIRE);
+    if (sl == NULL || comm == NULL || sl->comm != NULL || m == 0)
+        return 0;
+    /* comm_call_enter's protocol: held in the slot, a concurrent chorusCommAbort cannot free it. */
+    __atomic_store_n(&sl->comm, comm, __ATOMIC_RELAXED);
+    if (m == 1)
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    else
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    int done = comm == checked_comm &&
+               __atomic_load_n(&registry_gen, __ATOMIC_ACQUIRE) == checked_gen &&
+               !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) &&
+               (unsigned)root < (unsigned)comm->nranks;
+    __atomic_store_n(&sl->comm, NULL, __ATOMIC_RELEASE);
+    return done;
+}
 void comm_call_leave(chorusComm_t comm, chorusResult_t res, int held);
 /* Operations of comm queued or running (counted either way). */
 int comm_calls_running(chorusComm_t comm);
