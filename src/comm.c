@@ -29,9 +29,9 @@ static struct {
 static int gone_next;
 /* Bumped whenever a handle leaves the live set: a thread's last "live" answer for a handle
  * stands until then (the check every call makes takes no lock). */
-uint64_t registry_gen; /* comm.h */
-__thread const void *checked_comm TLS_HOT; /* comm.h */
-__thread uint64_t checked_gen TLS_HOT; /* comm.h */
+uint64_t comm_registry_gen; /* comm.h */
+__thread const void *comm_checked TLS_HOT; /* comm.h */
+__thread uint64_t comm_checked_gen TLS_HOT; /* comm.h */
 
 chorusResult_t comm_register(chorusComm_t comm)
 {
@@ -61,7 +61,7 @@ void comm_unregister(chorusComm_t comm, int aborted)
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < nlive; i++)
         if (live[i] == comm) {
-            __atomic_add_fetch(&registry_gen, 1, __ATOMIC_ACQ_REL);
+            __atomic_add_fetch(&comm_registry_gen, 1, __ATOMIC_ACQ_REL);
             live[i] = live[--nlive];
             gone[gone_next].ptr = comm;
             gone[gone_next].aborted = aborted;
@@ -79,8 +79,8 @@ void comm_unregister(chorusComm_t comm, int aborted)
 /* 1: live; 2: aborted; 3: destroyed; 0: never a communicator (as far as memory goes). */
 HOT_PATH static int comm_state(const void *comm)
 {
-    uint64_t gen = __atomic_load_n(&registry_gen, __ATOMIC_ACQUIRE);
-    if (comm == checked_comm && gen == checked_gen && comm != NULL)
+    uint64_t gen = __atomic_load_n(&comm_registry_gen, __ATOMIC_ACQUIRE);
+    if (comm == comm_checked && gen == comm_checked_gen && comm != NULL)
         return 1;
     int state = 0;
     pthread_mutex_lock(&registry_lock);
@@ -92,8 +92,8 @@ HOT_PATH static int comm_state(const void *comm)
             state = gone[i].aborted ? 2 : 3;
     pthread_mutex_unlock(&registry_lock);
     if (state == 1) {
-        checked_comm = comm;
-        checked_gen = gen;
+        comm_checked = comm;
+        comm_checked_gen = gen;
     }
     return state;
 }
@@ -189,14 +189,14 @@ void comm_failure_text(chorusComm_t comm, char *buf, size_t len)
  * Call slots. The common call (one under way on its thread) is counted in its thread's slot,
  * which names the communicator: a store and a compiler barrier instead of registry_lock and two
  * locked adds on comm->queued (about 20 of the 90 ns a 1-rank call cost). The slot is stored
- * before the call checks the handle is live (comm_state reads registry_gen), and comm_wait_idle
- * passes the heavy barrier (fifo_fence_heavy) after chorusCommAbort unregistered the handle and
- * before it reads the slots: either the call sees the handle gone, or the wait sees the slot.
- * Other counts (groups, streams, the CUDA worker, a second call under way on a thread) go to
+ * before the call checks the handle is live (comm_state reads comm_registry_gen), and
+ * comm_wait_idle passes the heavy barrier (fifo_fence_heavy) after chorusCommAbort unregistered the
+ * handle and before it reads the slots: either the call sees the handle gone, or the wait sees the
+ * slot. Other counts (groups, streams, the CUDA worker, a second call under way on a thread) go to
  * comm->queued as below. Slots are never freed; a thread's goes back to the pool when it exits.
  */
 static call_slot_t *slot_list; /* grows under registry_lock */
-__thread call_slot_t *my_slot TLS_HOT; /* comm.h */
+__thread call_slot_t *comm_my_slot TLS_HOT; /* comm.h */
 static pthread_key_t slot_key;
 static int slot_key_ok;
 static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
@@ -217,8 +217,8 @@ static void slot_key_make(void)
 /* This thread's slot, NULL if none could be had (the call is counted the locked way). */
 static call_slot_t *slot_get(void)
 {
-    if (my_slot != NULL)
-        return my_slot;
+    if (comm_my_slot != NULL)
+        return comm_my_slot;
     pthread_once(&slot_once, slot_key_make);
     if (!slot_key_ok)
         return NULL;
@@ -238,7 +238,7 @@ static call_slot_t *slot_get(void)
         slot_put(sl);
         sl = NULL;
     }
-    my_slot = sl;
+    comm_my_slot = sl;
     return sl;
 }
 
@@ -324,7 +324,7 @@ HOT_PATH void comm_call_leave(chorusComm_t comm, chorusResult_t res, int held)
         return;
     }
     op_failed(comm, res);
-    __atomic_store_n(&my_slot->comm, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&comm_my_slot->comm, NULL, __ATOMIC_RELEASE);
 }
 
 /* Polls (no condition variable: signalling one would touch comm after the decrement). The first

@@ -177,11 +177,11 @@ typedef struct call_slot {
     struct call_slot *next;
 } call_slot_t;
 /* This thread's slot (NULL before its first call); the handle this thread last found live and
- * registry_gen then (it stands until registry_gen moves: a handle left the live set). */
-extern __thread call_slot_t *my_slot __attribute__((tls_model("initial-exec")));
-extern __thread const void *checked_comm __attribute__((tls_model("initial-exec")));
-extern __thread uint64_t checked_gen __attribute__((tls_model("initial-exec")));
-extern uint64_t registry_gen;
+ * comm_registry_gen then (it stands until comm_registry_gen moves: a handle left the live set). */
+extern __thread call_slot_t *comm_my_slot __attribute__((tls_model("initial-exec")));
+extern __thread const void *comm_checked __attribute__((tls_model("initial-exec")));
+extern __thread uint64_t comm_checked_gen __attribute__((tls_model("initial-exec")));
+extern uint64_t comm_registry_gen;
 /*
  * A call of no elements on comm, counted and checked at once: 1 when comm is the live
  * communicator this thread last checked, not aborted, and root (0 where none) names a rank; 0
@@ -191,7 +191,7 @@ extern uint64_t registry_gen;
  */
 static inline int comm_call_empty(chorusComm_t comm, int root)
 {
-    call_slot_t *sl = my_slot;
+    call_slot_t *sl = comm_my_slot;
     int m = __atomic_load_n(&fifo_fence_mode, __ATOMIC_ACQUIRE);
     if (sl == NULL || comm == NULL || sl->comm != NULL || m == 0)
         return 0;
@@ -201,8 +201,8 @@ static inline int comm_call_empty(chorusComm_t comm, int root)
         __atomic_signal_fence(__ATOMIC_SEQ_CST);
     else
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    int done = comm == checked_comm &&
-               __atomic_load_n(&registry_gen, __ATOMIC_ACQUIRE) == checked_gen &&
+    int done = comm == comm_checked &&
+               __atomic_load_n(&comm_registry_gen, __ATOMIC_ACQUIRE) == comm_checked_gen &&
                !__atomic_load_n(&comm->abort_flag, __ATOMIC_ACQUIRE) &&
                (unsigned)root < (unsigned)comm->nranks;
     __atomic_store_n(&sl->comm, NULL, __ATOMIC_RELEASE);
