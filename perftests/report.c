@@ -355,7 +355,8 @@ void perf_report_row(perf_report_t *r, const perf_row_t *row)
     }
     REPORT_PRINT(r, "\n");
 
-    if (row->nbytes >= r->largest_nbytes) {
+    if (r->largest_nbytes != PERF_YARDSTICK_NBYTES &&
+        (row->nbytes >= r->largest_nbytes || row->nbytes == PERF_YARDSTICK_NBYTES)) {
         r->largest_nbytes = row->nbytes;
         r->largest_busbw = row->oop.busbw;
     }
