@@ -77,7 +77,7 @@ static __attribute__((noinline)) chorusResult_t allreduce_piece(prims_t *p, cons
             if (r != me)
                 CHECK(direct_wait_flag(p, v, r, OFF_REDUCED, s, "direct window reduced flag"));
             if (plen > 0)
-                p->ops->copy(out + poff * es, buf(v, r, s) + poff * es, plen * es);
+                prims_copy_out(p, out + poff * es, buf(v, r, s) + poff * es, plen * es);
         }
     }
     direct_piece_done(v, s, 0);
@@ -142,12 +142,12 @@ HOT_PATH static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, con
         } else if (me == root) {
             direct_publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
             if (out != in + off * es)
-                p->ops->copy(out, in + off * es, len * es);
+                prims_copy_out(p, out, in + off * es, len * es);
         } else {
             char *src = NULL;
             CHECK(direct_wait_flag(p, v, root, OFF_READY(s), s, "direct window ready flag"));
             CHECK(direct_input_of(v, root, s, NULL, len * es, &src));
-            p->ops->copy(out, src, len * es);
+            prims_copy_out(p, out, src, len * es);
         }
         direct_piece_done(v, s, 0);
     }
@@ -232,7 +232,7 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
             CHECK(direct_input_of(v, r, s, zc ? in + off * es : NULL, len * es, &src));
             char *dst = (char *)a->recvbuff + ((size_t)r * a->count + off) * es;
             if (dst != src)
-                p->ops->copy(dst, src, len * es);
+                prims_copy_out(p, dst, src, len * es);
         }
         direct_piece_done(v, s, 0);
     }

@@ -3,9 +3,14 @@
  * asks for: element sizes and the short names used in logs and errors.
  *
  * copy is memcpy: the primitives move whole slices, and libc's memcpy already picks the best
- * vector width for the CPU. reduce and divide, the element arithmetic, live in host_reduce.c.
+ * vector width for the CPU. copy_out streams (non-temporal stores) on x86-64, memcpy elsewhere.
+ * reduce and divide, the element arithmetic, live in host_reduce.c.
  */
+#include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "memops.h"
 
@@ -22,9 +27,51 @@ static void host_copy(void *dst, const void *src, size_t nbytes)
         memcpy(dst, src, nbytes);
 }
 
+/*
+ * A copy into a large output with streaming stores: the line-aligned middle with SSE2's
+ * non-temporal 16-byte stores (every x86-64 has them; the write-combining buffers merge them
+ * into whole lines, so the width does not limit the rate), the ends with memcpy, then a store
+ * fence (the stores are weakly ordered: a flag published after this must not pass them).
+ * libc's memcpy streams only above a large threshold (about the LLC), and the primitives copy
+ * slices far smaller than that. 64 MiB in 256 KiB pieces to a buffer out of the caches, one
+ * core of this VM: 18-28 GB/s against memcpy's 17-18.
+ */
+static void host_copy_out(void *dst, const void *src, size_t nbytes)
+{
+#if defined(__x86_64__)
+    if (dst == src || nbytes == 0)
+        return;
+    char *d = dst;
+    const char *s = src;
+    size_t head = (64 - ((uintptr_t)d & 63)) & 63;
+    if (head > nbytes)
+        head = nbytes;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    nbytes -= head;
+    size_t mid = nbytes & ~(size_t)63;
+    for (size_t i = 0; i < mid; i += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 32));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(void *)(d + i), x0);
+        _mm_stream_si128((__m128i *)(void *)(d + i + 16), x1);
+        _mm_stream_si128((__m128i *)(void *)(d + i + 32), x2);
+        _mm_stream_si128((__m128i *)(void *)(d + i + 48), x3);
+    }
+    _mm_sfence();
+    memcpy(d + mid, s + mid, nbytes - mid);
+#else
+    host_copy(dst, src, nbytes);
+#endif
+}
+
 const memops_ops_t host_memops = {
     .name = "host",
     .copy = host_copy,
+    .copy_out = host_copy_out,
     .reduce = host_reduce,
     .divide = host_divide,
 };

@@ -18,6 +18,10 @@ typedef struct memops_ops {
     const char *name;
     /* dst = src, nbytes bytes; the ranges do not overlap unless dst == src. */
     void (*copy)(void *dst, const void *src, size_t nbytes);
+    /* The same into a caller's output that outgrows the caches and is not read again in the
+     * call: streaming (non-temporal) stores where the backend has them, so the output's lines
+     * are not first read in (stores fenced before it returns); else as copy. */
+    void (*copy_out)(void *dst, const void *src, size_t nbytes);
     /* dst[i] = a[i] op b[i] for count elements; avg reduces as sum; dst may equal a or b. */
     void (*reduce)(void *dst, const void *a, const void *b, size_t count, chorusDataType_t dtype,
                    chorusRedOp_t op);

@@ -72,7 +72,7 @@ chorusResult_t prims_recv(prims_t *p, void *dst, size_t count)
     {
         void *in;
         CHECK(wait_recv(p, &in, n));
-        p->ops->copy(d + off * p->esize, in, n * p->esize);
+        prims_copy_out(p, d + off * p->esize, in, n * p->esize);
         fifo_post_recv(p->recv);
     }
     return chorusSuccess;
@@ -137,7 +137,7 @@ chorusResult_t prims_recv_copy_send(prims_t *p, void *dst, size_t count)
         CHECK(wait_recv(p, &in, n));
         CHECK(wait_send(p, &out));
         p->ops->copy(out, in, n * p->esize);
-        p->ops->copy(d + off * p->esize, in, n * p->esize);
+        prims_copy_out(p, d + off * p->esize, in, n * p->esize);
         fifo_post_send(p->send, (uint32_t)(n * p->esize));
         fifo_post_recv(p->recv);
     }
@@ -154,7 +154,7 @@ chorusResult_t prims_copy_send(prims_t *p, const void *src, void *dst, size_t co
         CHECK(wait_send(p, &out));
         p->ops->copy(out, s + off * p->esize, n * p->esize);
         if (d != NULL && d != s)
-            p->ops->copy(d + off * p->esize, s + off * p->esize, n * p->esize);
+            prims_copy_out(p, d + off * p->esize, s + off * p->esize, n * p->esize);
         fifo_post_send(p->send, (uint32_t)(n * p->esize));
     }
     return chorusSuccess;
@@ -210,7 +210,7 @@ chorusResult_t prims_tree(prims_t *p, conn_t *const *recvs, int nrecv, conn_t *c
             finalize(p, t, n, final);
         }
         if (d != NULL && t != d + off * p->esize)
-            p->ops->copy(d + off * p->esize, t, nb);
+            prims_copy_out(p, d + off * p->esize, t, nb);
         for (int i = 0; i < nsend; i++)
             if (out[i] != t)
                 p->ops->copy(out[i], t, nb);
@@ -225,7 +225,7 @@ chorusResult_t prims_tree(prims_t *p, conn_t *const *recvs, int nrecv, conn_t *c
 void prims_local_copy(prims_t *p, const void *src, void *dst, size_t count, int final)
 {
     if (dst != src)
-        p->ops->copy(dst, src, count * p->esize);
+        prims_copy_out(p, dst, src, count * p->esize);
     finalize(p, dst, count, final);
 }
 

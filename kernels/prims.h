@@ -26,7 +26,17 @@ typedef struct prims {
     size_t esize;
     wait_ctx_t wait; /* abort flag, deadline, spin; peer is filled per connection */
     uint64_t divisor; /* avg: the rank count, applied where a result becomes final; else 0 */
+    int stream_out; /* the call's output outgrows the caches: copies into it stream (copy_out) */
 } prims_t;
+
+/* A step's copy into the caller's output buffer. */
+static inline void prims_copy_out(const prims_t *p, void *dst, const void *src, size_t nbytes)
+{
+    if (p->stream_out)
+        p->ops->copy_out(dst, src, nbytes);
+    else
+        p->ops->copy(dst, src, nbytes);
+}
 
 /* send: src -> next. */
 chorusResult_t prims_send(prims_t *p, const void *src, size_t count);

@@ -179,6 +179,7 @@ static void dev_divide(void *dst, const void *src, size_t count, chorusDataType_
 static const memops_ops_t dev_memops = {
     .name = "cuda",
     .copy = dev_copy,
+    .copy_out = dev_copy,
     .reduce = dev_reduce,
     .divide = dev_divide,
 };

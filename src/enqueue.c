@@ -192,8 +192,16 @@ static chorusResult_t run_channel(void *arg)
 }
 
 /* One initializer (the rest zero): stores in place, no memset call on every collective. */
+/* Bytes a call writes into this rank's output buffer. */
+static size_t out_nbytes(chorusComm_t comm, const coll_args_t *a)
+{
+    size_t nb = a->count * dtype_nbytes(a->dtype);
+    return a->kind == COLL_ALLGATHER || a->kind == COLL_ALLTOALL ? nb * (size_t)comm->nranks : nb;
+}
+
 static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
 {
+    int64_t nt = comm->nt_min;
     *p = (prims_t){.ops = &host_memops,
                    .dtype = a->dtype,
                    .op = a->op,
@@ -205,7 +213,8 @@ static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
                             .arg = comm,
                             .fail = &comm->op_fail,
                             .other_gone = health_other_gone},
-                   .divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0};
+                   .divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0,
+                   .stream_out = nt > 0 && out_nbytes(comm, a) >= (uint64_t)nt};
 }
 
 static conn_req_t tree_req(conn_dir_t dir, int peer, int tag, size_t slot, comm_conn_t *cc)
