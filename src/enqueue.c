@@ -191,7 +191,6 @@ static chorusResult_t run_channel(void *arg)
     return res;
 }
 
-/* One initializer (the rest zero): stores in place, no memset call on every collective. */
 /* Bytes a call writes into this rank's output buffer. */
 static size_t out_nbytes(chorusComm_t comm, const coll_args_t *a)
 {
@@ -199,6 +198,7 @@ static size_t out_nbytes(chorusComm_t comm, const coll_args_t *a)
     return a->kind == COLL_ALLGATHER || a->kind == COLL_ALLTOALL ? nb * (size_t)comm->nranks : nb;
 }
 
+/* One initializer (the rest zero): stores in place, no memset call on every collective. */
 static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
 {
     int64_t nt = comm->nt_min;

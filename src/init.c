@@ -296,8 +296,7 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
         comm->spin = 16; /* oversubscribed: yield almost at once (CHORUS_SPIN set: as set) */
     comm->nt_min = comm->params.nt_min_bytes;
     const char *nt_set = params_raw("CHORUS_NT_MIN_BYTES");
-    /* Oversubscribed: off (4 ranks on 2 cores, 64 MiB broadcast: 18.6-19.8 ms, against 11.7-12.9)
-     */
+    /* Oversubscribed: off (4 ranks, 2 cores, 64 MiB broadcast: 18.6-19.8 ms against 11.7-12.9) */
     if ((nt_set == NULL || nt_set[0] == '\0') && t.host_cores > 0 &&
         comm->machine_ranks > t.host_cores)
         comm->nt_min = 0;
