@@ -77,28 +77,30 @@ foreach(algo oneshot twoshot)
   endforeach()
 endforeach()
 
-# Streaming stores into the output (kernels/host_memops.c's copy_out), forced on every output of
-# a byte or more with CHORUS_NT_MIN_BYTES=1: the ring with 512-byte slots and the direct
-# algorithms with 4 KiB window buffers, so copies start and end off a line and cross many
-# slices; processes, where a peer's flag follows the stores; zero-copy, where a peer may read
-# the output; and the large count with the default buffers.
-foreach(n 2 3)
-  chorus_add_test(NAME coll_stream_threads_${n} TIMEOUT 300
-    COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 0,1,7,61,1031,4200
-    ENV CHORUS_NT_MIN_BYTES=1 CHORUS_BUFFSIZE=4096)
-  chorus_add_test(NAME coll_stream_oneshot_threads_${n} TIMEOUT 300
-    COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 0,1,7,61,1031,4200
-    ENV CHORUS_NT_MIN_BYTES=1 CHORUS_ALGO=oneshot CHORUS_DIRECT_BUFFSIZE=4096)
+# Streaming stores into the output (kernels/host_memops.c's copy_out), forced on every
+# out-of-place output of a byte or more with CHORUS_NT_MIN_BYTES=1: the ring and the tree with
+# 512-byte slots and the direct algorithms with 4 KiB window buffers, so copies start and end off
+# a line and cross many slices; processes, where a peer's flag follows the stores; zero-copy,
+# where a peer may read the output; and the large count with the default buffers.
+foreach(algo ring tree oneshot twoshot)
+  foreach(n 2 3)
+    chorus_add_test(NAME coll_stream_${algo}_threads_${n} TIMEOUT 300
+      COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 0,1,7,61,1031,4200
+      ENV CHORUS_NT_MIN_BYTES=1 CHORUS_ALGO=${algo} CHORUS_BUFFSIZE=4096
+          CHORUS_DIRECT_BUFFSIZE=4096)
+  endforeach()
 endforeach()
-chorus_add_test(NAME coll_stream_large_threads_2 TIMEOUT 600
-  COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1048579 --quick-large
-  ENV CHORUS_NT_MIN_BYTES=1)
+foreach(algo ring twoshot)
+  chorus_add_test(NAME coll_stream_${algo}_large_threads_2 TIMEOUT 600
+    COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1048579 --quick-large
+    ENV CHORUS_NT_MIN_BYTES=1 CHORUS_ALGO=${algo})
+endforeach()
 chorus_add_test(NAME coll_stream_zcopy_oneshot_threads_3 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140000 --memalloc all
   ENV CHORUS_NT_MIN_BYTES=1 CHORUS_ALGO=oneshot CHORUS_DIRECT_BUFFSIZE=65536)
 if(MPI_C_FOUND)
-  chorus_add_test(NAME coll_stream_mpi_3 TIMEOUT 300
+  chorus_add_test(NAME coll_stream_ring_mpi_3 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3
-            -x CHORUS_NT_MIN_BYTES=1 -x CHORUS_BUFFSIZE=4096
+            -x CHORUS_NT_MIN_BYTES=1 -x CHORUS_ALGO=ring -x CHORUS_BUFFSIZE=4096
             $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,61,1031,4200)
 endif()
