@@ -55,8 +55,9 @@ static const param_def_t param_table[] = {
     {"CHORUS_DIRECT_BUFFSIZE", PT_BYTES, "512K", 4096, 1 << 30, OFF(direct_buffsize),
      "bytes of each of the two buffers of a rank's node-local window (one-shot, two-shot)"},
     {"CHORUS_NT_MIN_BYTES", PT_BYTES, "64M", 0, BIG, OFF(nt_min_bytes),
-     "host outputs of at least this many bytes are written with streaming (non-temporal) stores "
-     "where a step copies into them; 0: never (the default when ranks outnumber cores)"},
+     "out-of-place host outputs of at least this many bytes are written with streaming "
+     "(non-temporal) stores where a step copies into them; 0: never (the default when ranks "
+     "outnumber cores)"},
     {"CHORUS_ZCOPY", PT_INT, "1", 0, 1, OFF(zcopy),
      "1: one-host direct algorithms read chorusMemAlloc inputs in place from 512 KiB; 0: copy"},
     {"CHORUS_CUDA_P2P", PT_INT, "-1", -1, 1, OFF(cuda_p2p),
