@@ -55,6 +55,7 @@ static const perf_coll_t bc_coll = {
     .tuning_name = "broadcast",
     .name = "broadcast",
     .rooted = 1,
+    .mpi_in_place = 1,
     .get_counts = bc_get_counts,
     .get_bw = bc_get_bw,
     .run = bc_run,

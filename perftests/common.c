@@ -230,9 +230,12 @@ static void perf_print_banner(perf_ctx_t *ctx)
         PERF_PRINT("# --compare mpi ignored: not launched by mpirun, or no MPI counterpart\n");
         ctx->o.compare_mpi = 0;
     } else if (o->compare_mpi) {
-        PERF_PRINT("# --compare mpi: MPI's out-of-place call on the same buffers, its iterations "
-                   "interleaved with Chorus' (avg as MPI_SUM; none for half/bfloat16); ratio = "
-                   "mpi / chorus out-of-place time, > 1: Chorus faster\n");
+        const char *vs =
+            ctx->coll->mpi_in_place && !ctx->coll->no_inplace ? "in-place" : "out-of-place";
+        PERF_PRINT("# --compare mpi: MPI's call on the same buffers, its iterations interleaved "
+                   "with Chorus' %s ones (avg as MPI_SUM; none for half/bfloat16); ratio = mpi / "
+                   "chorus %s time, > 1: Chorus faster\n",
+                   vs, vs);
     }
     if (o->json_path != NULL) {
         PERF_PRINT("# Writing JSON to %s\n", o->json_path);
@@ -369,7 +372,7 @@ static int perf_mpi_types(const perf_case_t *c, MPI_Datatype *dt_p, MPI_Op *op_p
     return *dt_p != MPI_DATATYPE_NULL;
 }
 
-/* MPI's out-of-place call on the same buffers (MPI_ERRORS_ARE_FATAL: a failure aborts the job). */
+/* MPI's call on the same buffers (MPI_ERRORS_ARE_FATAL: a failure aborts the job). */
 static void perf_mpi_call(const perf_case_t *c, MPI_Datatype dt, MPI_Op op)
 {
     perf_ctx.coll->mpi_run(perf_ctx.sendbuf, perf_ctx.recvbuf, c, dt, op, MPI_COMM_WORLD);
@@ -568,9 +571,10 @@ static void perf_time_test(chorusDataType_t dtype, chorusRedOp_t op, int root)
         row.op = op;
         row.root = coll->rooted ? root : -1;
         row.has_mpi = o->compare_mpi && perf_mpi_types(&c, &dt, &mop);
-        perf_bench(&c, 0, &row.oop, row.has_mpi ? &row.mpi : NULL);
+        row.mpi_vs_ip = row.has_mpi && coll->mpi_in_place && !coll->no_inplace;
+        perf_bench(&c, 0, &row.oop, row.has_mpi && !row.mpi_vs_ip ? &row.mpi : NULL);
         if (!coll->no_inplace) {
-            perf_bench(&c, 1, &row.ip, NULL);
+            perf_bench(&c, 1, &row.ip, row.mpi_vs_ip ? &row.mpi : NULL);
         }
         if (coll->tuning_name != NULL) {
             perf_tuning(&c, &row);

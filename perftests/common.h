@@ -40,6 +40,10 @@ typedef struct perf_coll {
     int reduces; /* 1: iterate -o and print the op; 0: op column "none" */
     int rooted; /* 1: iterate -r and print the root; 0: root column -1 */
     int no_inplace; /* 1: the in-place columns print N/A (the call has no in-place form) */
+    /* 1: MPI's call has one buffer (MPI_Bcast: the root's data is its result), the work of
+     * Chorus' in-place call, so --compare mpi times it beside that and compares the two; 0: MPI
+     * is timed beside and compared with Chorus out of place. */
+    int mpi_in_place;
     /* Optional: the collective's name for chorusCommTuningInfo ("allreduce", ...); when set, each
      * row ends with the tuner's algorithm and the model's predicted time for the call. */
     const char *tuning_name;

@@ -253,7 +253,10 @@ void perf_report_header(const perf_report_t *r)
     REPORT_PRINT(r,
                  "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
                  "in-place          %s\n",
-                 "", "", "", "", "", compare ? "  mpi out-of-place" : "");
+                 "", "", "", "", "",
+                 !compare                ? ""
+                 : r->coll->mpi_in_place ? "  mpi vs in-place"
+                                         : "  mpi out-of-place");
     REPORT_PRINT(r, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size",
                  "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw",
                  "busbw", "#wrong");
@@ -285,10 +288,12 @@ static void perf_print_result(const perf_report_t *r, const perf_result_t *res)
     REPORT_PRINT(r, "  %7s  %6.2f  %6.2f  %5s", tstr, res->algbw, res->busbw, wstr);
 }
 
-/* mpi / chorus out-of-place time, 0 when either is not positive. */
+/* mpi / chorus time (out of place, or in place where MPI's call is), 0 when either is not
+ * positive. */
 static double perf_row_ratio(const perf_row_t *row)
 {
-    return row->has_mpi && row->oop.sec > 0 && row->mpi.sec > 0 ? row->mpi.sec / row->oop.sec : 0;
+    double chorus = row->mpi_vs_ip ? row->ip.sec : row->oop.sec;
+    return row->has_mpi && chorus > 0 && row->mpi.sec > 0 ? row->mpi.sec / chorus : 0;
 }
 
 static void perf_json_row(perf_report_t *r, const perf_row_t *row, double ratio)
@@ -311,7 +316,7 @@ static void perf_json_row(perf_report_t *r, const perf_row_t *row, double ratio)
     fputs(",\n     \"mpi\": ", f);
     if (row->has_mpi) {
         json_result(f, &row->mpi, 0);
-        fputs(", \"ratio\": ", f);
+        fprintf(f, ", \"vs\": \"%s\", \"ratio\": ", row->mpi_vs_ip ? "in_place" : "out_of_place");
         json_num(f, ratio > 0 ? ratio : NAN);
         fputc('}', f);
     } else {

@@ -26,7 +26,8 @@ typedef struct perf_row {
     chorusRedOp_t op;
     int root; /* -1 for collectives without a root */
     perf_result_t oop, ip; /* out of place, in place (ip unused when the collective has none) */
-    int has_mpi; /* mpi holds MPI's out-of-place call, timed interleaved with oop */
+    int has_mpi; /* mpi holds MPI's call, timed interleaved with oop (or ip: mpi_vs_ip) */
+    int mpi_vs_ip; /* MPI's call is in place by nature (perf_coll_t's mpi_in_place) */
     perf_result_t mpi;
     const char *algo; /* the tuner's choice, NULL when the collective has no tuning_name */
     double pred_us; /* the model's time of algo */

@@ -6,8 +6,9 @@ description (program, versions, nranks, flags, environment) and a summary; it ha
 (the size sweep x dtypes x ops x roots, counted by the caller from the flags) and they are the
 rows of the printed table (--table: rank 0's stdout), in order, with the same size, count, type,
 redop and root; every checked row has 0 wrong elements. With --compare, a row has MPI numbers
-exactly when MPI has its dtype (all but half and bfloat16), its ratio is MPI's time over Chorus'
-out-of-place time, and the summary's MPI counts, geometric mean, minimum and maximum are those of
+exactly when MPI has its dtype (all but half and bfloat16), its "vs" names the Chorus time it is
+compared with (in_place for broadcast_perf, whose MPI_Bcast has one buffer; out_of_place
+otherwise), its ratio is MPI's time over that one, and the summary's MPI counts, geometric mean, minimum and maximum are those of
 the rows; without, no row has MPI numbers. --env NAME=VALUE: the run recorded NAME with VALUE
 (NAME= : recorded as unset); for MALLOC_MMAP_MAX_ also the top-level "malloc_mmap_max". Times
 are only checked to be numbers: a timing never fails a test. Exit 0: all hold; 1: one does not.
@@ -112,7 +113,10 @@ def main():
             for key in ("time_us", "algbw", "busbw"):
                 if not is_num(mpi.get(key)):
                     err(f"{where}: mpi.{key} is {mpi.get(key)!r}")
-            t, c = mpi.get("time_us"), r["out_of_place"].get("time_us")
+            vs = "in_place" if run.get("program") == "broadcast_perf" else "out_of_place"
+            if mpi.get("vs") != vs:
+                err(f"{where}: mpi.vs is {mpi.get('vs')!r}, expected {vs!r}")
+            t, c = mpi.get("time_us"), (r.get(vs) or {}).get("time_us")
             if is_num(t) and is_num(c) and t > 0 and c > 0:
                 if not is_num(mpi.get("ratio")) or abs(mpi["ratio"] - t / c) > 1e-6 * (t / c):
                     err(f"{where}: mpi.ratio {mpi.get('ratio')!r} != {t / c}")
