@@ -10,7 +10,8 @@
  * as Chorus does. Timed out of place and in place (output = input), then rank 0's single-core
  * memcpy of NBYTES (default 64 MiB) with the peer idle. Prints the time a call, busbw
  * (nccl-tests: NBYTES / time at 2 ranks) and busbw as a share of the memcpy bandwidth, issue 6's
- * yardstick. Plain C, no Chorus and no MPI; spin waits give up after 10 s.
+ * yardstick, after checking the out-of-place sums. Plain C, no Chorus and no MPI; spin waits give
+ * up after 10 s.
  */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -192,6 +193,14 @@ int main(int argc, char **argv)
                 goto fail;
         }
         sh->us[me][ip] = (now_s() - sh->us[me][ip]) / iters * 1e6;
+        /* Out of place, every call left 2 x in (small integers: exact). */
+        for (size_t i = 0; ip == 0 && i < n; i++)
+            if (out[i] != 2 * in[i]) {
+                fprintf(stderr, "ring_model: rank %d: element %zu is %g, not %g\n", me, i,
+                        (double)out[i], 2 * (double)in[i]);
+                __atomic_store_n(&sh->failed, 1, __ATOMIC_RELAXED);
+                return 1;
+            }
     }
     if (me == 1)
         return 0;
