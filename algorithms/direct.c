@@ -42,10 +42,9 @@
 /* All-reduce piece s (len elements from element off) through the window buffers: one-shot, or
  * two-shot (each rank reduces its part of the piece, then copies every part out). Apart from
  * allreduce, so that a call of tagged lines runs on a smaller stack (srcs, part). */
-static __attribute__((noinline)) chorusResult_t allreduce_piece(prims_t *p, const direct_view_t *v,
-                                                                const coll_args_t *a, uint64_t s,
-                                                                size_t off, size_t len,
-                                                                const mem_ref_t *zref, int twoshot)
+static __attribute__((noinline)) chorusResult_t
+allreduce_piece(prims_t *p, const direct_view_t *v, const coll_args_t *a, uint64_t s, size_t off,
+                size_t len, const mem_ref_t *zref, int twoshot, const mem_ref_t *oref)
 {
     int n = v->nranks, me = v->rank;
     size_t es = p->esize;
@@ -60,7 +59,8 @@ static __attribute__((noinline)) chorusResult_t allreduce_piece(prims_t *p, cons
         direct_reduce_list(p, out, srcs, n, len);
     } else {
         /* This rank's part: its own input first, then the others' in rank order, into its
-         * window buffer (where its own input already is when it copied it there). */
+         * window buffer (where its own input already is when it copied it there), or with oref
+         * straight into its output, where the others read it (the reduced flag says where). */
         char *part[DIRECT_MAX_RANKS];
         size_t poff, plen;
         algo_part(len, n, me, &poff, &plen);
@@ -69,28 +69,58 @@ static __attribute__((noinline)) chorusResult_t allreduce_piece(prims_t *p, cons
             if (r != me)
                 part[k++] = srcs[r] + poff * es;
         if (plen > 0)
-            direct_reduce_list(p, buf(v, me, s) + poff * es, part, n, plen);
-        fifo_set_flag(&hdr(v, me)->reduced, s);
+            direct_reduce_list(p, oref != NULL ? out + poff * es : buf(v, me, s) + poff * es, part,
+                               n, plen);
+        fifo_flag_t *red = &hdr(v, me)->reduced;
+        mem_ref_t at;
+        memset(&at, 0, sizeof(at));
+        if (oref != NULL) {
+            at = *oref;
+            at.offset += (off + poff) * es;
+            at.addr += (off + poff) * es;
+        }
+        memcpy(red->payload, &at, sizeof(at));
+        fifo_set_flag(red, s);
         for (int k = 0; k < n; k++) {
             int r = (me + k) % n;
             algo_part(len, n, r, &poff, &plen);
-            if (r != me)
+            const char *src = buf(v, r, s) + poff * es, *in_place = NULL;
+            if (r == me && oref != NULL)
+                continue; /* reduced in place */
+            if (r != me) {
                 CHECK(direct_wait_flag(p, v, r, OFF_REDUCED, s, "direct window reduced flag"));
+                CHECK(direct_ref_of(v, r, &hdr(v, r)->reduced, plen * es, &in_place));
+            }
             if (plen > 0)
-                prims_copy_out(p, out + poff * es, buf(v, r, s) + poff * es, plen * es);
+                prims_copy_out(p, out + poff * es, in_place != NULL ? in_place : src, plen * es);
         }
     }
     direct_piece_done(v, s, 0);
     return chorusSuccess;
 }
 
+/* 1 (and the refs) when this rank's input and output can both be read in place by its peers:
+ * two chorusMemAlloc ranges apart from each other. */
+static int expose_both(const direct_view_t *v, const coll_args_t *a, size_t nbytes, mem_ref_t *zref,
+                       mem_ref_t *oref)
+{
+    return direct_zc_expose(v, a->sendbuff, nbytes, a->recvbuff, nbytes, zref) &&
+           direct_zc_expose(v, a->recvbuff, nbytes, a->sendbuff, nbytes, oref);
+}
+
+/* zc_out (two-shot only): the ranks agreed (direct_allreduce_vote) that each reduces its part
+ * straight into its output and the others copy it from there. */
 HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_args_t *a,
-                                         int twoshot)
+                                         int twoshot, int zc_out)
 {
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
     const char *in = a->sendbuff;
-    mem_ref_t zref;
-    int zc = direct_zc_expose(v, in, nbytes, a->recvbuff, nbytes, &zref);
+    mem_ref_t zref, oref;
+    int zc, zo = 0;
+    if (twoshot && zc_out)
+        zc = zo = expose_both(v, a, nbytes, &zref, &oref);
+    else
+        zc = direct_zc_expose(v, in, nbytes, a->recvbuff, nbytes, &zref);
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
@@ -101,7 +131,7 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
             direct_piece_done(v, s, 0);
             continue;
         }
-        CHECK(allreduce_piece(p, v, a, s, off, len, zc ? &zref : NULL, twoshot));
+        CHECK(allreduce_piece(p, v, a, s, off, len, zc ? &zref : NULL, twoshot, zo ? &oref : NULL));
     }
     if (zc)
         CHECK(direct_zc_release(p, v, s));
@@ -293,7 +323,7 @@ HOT_PATH chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const
                    v->nranks, DIRECT_MAX_RANKS);
     switch (a->kind) {
     case COLL_ALLREDUCE:
-        return allreduce(p, v, a, twoshot);
+        return allreduce(p, v, a, twoshot, 0);
     case COLL_BROADCAST:
         return broadcast(p, v, a);
     case COLL_REDUCE:
@@ -306,4 +336,21 @@ HOT_PATH chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const
         return ERR(chorusInternalError, SUB_COLL, "no direct program for collective kind %d",
                    (int)a->kind);
     }
+}
+
+chorusResult_t direct_allreduce_vote(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                                     int *won_p)
+{
+    mem_ref_t zref, oref;
+    int mine = a->kind == COLL_ALLREDUCE && expose_both(v, a, a->count * p->esize, &zref, &oref);
+    return direct_vote(p, v, mine, won_p);
+}
+
+chorusResult_t direct_allreduce_zc(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+{
+    if (v->nranks > DIRECT_MAX_RANKS || a->kind != COLL_ALLREDUCE)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "direct zero-copy all-reduce for %d ranks (at most %d), collective kind %d",
+                   v->nranks, DIRECT_MAX_RANKS, (int)a->kind);
+    return allreduce(p, v, a, 1, 1);
 }

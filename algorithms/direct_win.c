@@ -403,6 +403,24 @@ HOT_PATH void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t 
     publish_ready(v, s, ref, off * p->esize);
 }
 
+HOT_PATH chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f,
+                                      size_t nbytes, const char **src)
+{
+    mem_ref_t ref;
+    memcpy(&ref, f->payload, sizeof(ref));
+    *src = NULL;
+    if (ref.id == 0)
+        return chorusSuccess;
+    if (v->zc_map == NULL)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "rank %d published its data in place, but this rank has zero-copy off", r);
+    *src = v->zc_map(v->zc_arg, r, &ref, nbytes);
+    if (*src == NULL)
+        return chorusSystemError;
+    (*v->zc_reads)++;
+    return chorusSuccess;
+}
+
 /* Rank r's input of piece s, nbytes, once its ready flag is seen: its window buffer, or its own
  * memory read in place (this rank's: mine, when it exposed it). */
 HOT_PATH chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
@@ -412,19 +430,30 @@ HOT_PATH chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t 
         *src = mine != NULL ? (char *)mine : buf(v, r, s);
         return chorusSuccess;
     }
-    mem_ref_t ref;
-    memcpy(&ref, hdr(v, r)->ready[s & 1].payload, sizeof(ref));
-    if (ref.id == 0) {
-        *src = buf(v, r, s);
-        return chorusSuccess;
+    const char *in_place;
+    CHECK(direct_ref_of(v, r, &hdr(v, r)->ready[s & 1], nbytes, &in_place));
+    *src = in_place != NULL ? (char *)in_place : buf(v, r, s);
+    return chorusSuccess;
+}
+
+/* The vote of direct_allreduce_vote: one piece whose ready flags carry each rank's answer. */
+chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int mine, int *all_p)
+{
+    uint64_t s;
+    CHECK(direct_piece_begin(p, v, &s, 2));
+    fifo_flag_t *f = &hdr(v, v->rank)->ready[s & 1];
+    int32_t yes = mine != 0;
+    memset(f->payload, 0, sizeof(f->payload));
+    memcpy(f->payload, &yes, sizeof(yes));
+    fifo_set_flag(f, s);
+    CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag (zero-copy vote)"));
+    int all = 1;
+    for (int r = 0; r < v->nranks; r++) {
+        memcpy(&yes, hdr(v, r)->ready[s & 1].payload, sizeof(yes));
+        all &= yes != 0;
     }
-    if (v->zc_map == NULL)
-        return ERR(chorusInternalError, SUB_COLL,
-                   "rank %d published its input in place, but this rank has zero-copy off", r);
-    *src = (char *)v->zc_map(v->zc_arg, r, &ref, nbytes);
-    if (*src == NULL)
-        return chorusSystemError;
-    (*v->zc_reads)++;
+    direct_piece_done(v, s, 0);
+    *all_p = all;
     return chorusSuccess;
 }
 

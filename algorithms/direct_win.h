@@ -92,9 +92,15 @@ void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const 
  * memory read in place (this rank's: mine, when it exposed it). */
 chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
                                size_t nbytes, char **src);
+/* Every rank's answer (mine: this rank's) in one flag round; *all_p 1 when all said yes. */
+chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int mine, int *all_p);
 /* Zero-copy, at the end of a call: peers read this rank's memory until their done flags reach
  * s, the call's last piece; the caller may change it once this returns. */
 chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s);
+/* Rank r's memory named by the ref in the payload of its flag f (id 0: none), nbytes of it:
+ * NULL in *src when there is none; an error when it cannot be mapped. */
+chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f, size_t nbytes,
+                             const char **src);
 /* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
 void direct_reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count);
 

@@ -72,6 +72,9 @@ struct chorusComm {
     int64_t nt_min; /* out-of-place outputs of this many bytes get streaming stores (prims_t's
                      * stream_out): CHORUS_NT_MIN_BYTES; 0 (never) when the machine's ranks
                      * outnumber its cores, unless set */
+    int64_t zc_allreduce_min; /* all-reduces this big vote for two-shot zero-copy (enqueue.c):
+                               * CHORUS_ZCOPY_ALLREDUCE_MIN; 0 (never) when the machine's ranks
+                               * outnumber its cores, unless set (every rank decides alike) */
     tuner_t tuner;
     struct {
         size_t nbytes; /* the last call's size per collective, and the tuner's choice for it */
@@ -89,6 +92,7 @@ struct chorusComm {
     struct zc_map *zc_maps; /* [ZC_MAX_MAPS]: peers' chorusMemAlloc regions mapped (window.c) */
     uint64_t zc_clock;
     uint64_t zc_reads; /* pieces read in place from peers' chorusMemAlloc memory (direct.c) */
+    uint64_t zc_allreduce_won; /* all-reduces whose zero-copy vote won (enqueue.c; tests look) */
     comm_conn_t *p2p_send; /* [nranks], built on first use */
     comm_conn_t *p2p_recv;
     exec_pool_t *pool;

@@ -300,6 +300,12 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     if ((nt_set == NULL || nt_set[0] == '\0') && t.host_cores > 0 &&
         comm->machine_ranks > t.host_cores)
         comm->nt_min = 0;
+    comm->zc_allreduce_min = comm->params.zcopy_allreduce_min;
+    const char *zc_set = params_raw("CHORUS_ZCOPY_ALLREDUCE_MIN");
+    /* Oversubscribed: off (4 ranks, 2 cores, 16-64 MiB: 0.90-1.42x of the ring, run to run). */
+    if ((zc_set == NULL || zc_set[0] == '\0') && t.host_cores > 0 &&
+        comm->machine_ranks > t.host_cores)
+        comm->zc_allreduce_min = 0;
     CHECK(res);
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
     if (comm->rank == 0)

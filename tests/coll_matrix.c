@@ -196,6 +196,7 @@ typedef struct ctx {
     long failures;
     long checks;
     long zc_reads; /* pieces of peers' buffers this rank read in place */
+    long zc_won; /* all-reduces run two-shot zero-copy after a won vote */
     /* WITH_DEVBUF: the device buffers behind the host shadows send and recv, their size, the
      * stream, and the result of the call in flight (CALL) */
     char *send, *recv, *dsend, *drecv;
@@ -237,6 +238,8 @@ static void dev_out(ctx_t *c)
 
 /* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
 static int memalloc_mode;
+/* --zc-allreduce: -1 not checked, 1 some all-reduce must win the zero-copy vote, 0 none may. */
+static int zc_vote = -1;
 
 static char *alloc_buf(int rank, size_t nbytes)
 {
@@ -431,6 +434,7 @@ static void run_matrix(ctx_t *c)
         FAIL(c, "the fake driver counted %d faults (see its messages above)", devbuf_faults());
 #endif
     c->zc_reads = (long)c->comm->zc_reads;
+    c->zc_won = (long)c->comm->zc_allreduce_won;
 }
 
 static void *thread_main(void *arg)
@@ -443,7 +447,7 @@ static void *thread_main(void *arg)
 /* --env: one rank per process, joined by chorusCommInitEnv. The failure and check counts are summed
  * over the ranks with Chorus itself; if that sum fails, this rank counts the call as a failure so
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
-static int env_main(long *failures_p, long *checks_p, long *zc_p, int *me_p)
+static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -462,12 +466,13 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, int *me_p)
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[3] = {c.failures, c.checks, c.zc_reads};
-    if (call_ok(&c, chorusAllReduce(sums, sums, 3, chorusInt64, chorusSum, comm, NULL),
+    int64_t sums[4] = {c.failures, c.checks, c.zc_reads, c.zc_won};
+    if (call_ok(&c, chorusAllReduce(sums, sums, 4, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts")) {
         *failures_p = (long)sums[0];
         *checks_p = (long)sums[1];
         *zc_p = (long)sums[2];
+        *won_p = (long)sums[3];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -507,16 +512,22 @@ int main(int argc, char **argv)
             parse_counts(argv[++i]);
         else if (strcmp(argv[i], "--quick-large") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--zc-allreduce") == 0 && i + 1 < argc &&
+                 (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
+            zc_vote = strcmp(argv[++i], "won") == 0;
         else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
             memalloc_mode = strcmp(argv[++i], "all") == 0 ? 1 : 2;
         else {
             fprintf(stderr,
                     "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
-                    "          [--memalloc all|even] [--driver PATH]\n"
+                    "          [--memalloc all|even] [--zc-allreduce won|lost] [--driver PATH]\n"
                     "  --threads N  N ranks as threads of this process\n"
                     "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                     "               unless a rank read a peer's buffer in place (zero-copy)\n"
+                    "  --zc-allreduce  fails unless some all-reduce won (none won) the zero-copy\n"
+                    "               vote (CHORUS_ZCOPY_ALLREDUCE_MIN); lost: --memalloc's own\n"
+                    "               check is off\n"
                     "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                     "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
                     "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
@@ -536,7 +547,7 @@ int main(int argc, char **argv)
         return 2;
     }
 #endif
-    long failures = 0, checks = 0, zc_reads = 0;
+    long failures = 0, checks = 0, zc_reads = 0, zc_won = 0;
     int me = 0;
     if (threads > 0) {
         nranks_g = threads;
@@ -558,13 +569,14 @@ int main(int argc, char **argv)
             failures += ctx[i].failures;
             checks += ctx[i].checks;
             zc_reads += ctx[i].zc_reads;
+            zc_won += ctx[i].zc_won;
             chorusCommDestroy(comms_g[i]);
         }
         free(tid);
         free(ctx);
         free(comms_g);
     } else if (env) {
-        if (env_main(&failures, &checks, &zc_reads, &me) != 0)
+        if (env_main(&failures, &checks, &zc_reads, &zc_won, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -593,13 +605,22 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.failures, &failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.checks, &checks, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_reads, &zc_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.zc_won, &zc_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Finalize();
 #else
         fprintf(stderr, "built without MPI: use --threads N or --env\n");
         return 2;
 #endif
     }
-    if (memalloc_mode && nranks_g > 1 && zc_reads == 0) {
+    if (zc_vote >= 0 && (zc_vote ? zc_won == 0 : zc_won != 0)) {
+        if (me == 0)
+            printf("FAIL --zc-allreduce %s: %ld all-reduce calls (summed over the ranks) ran "
+                   "two-shot zero-copy after a won vote (CHORUS_ZCOPY_ALLREDUCE_MIN)\n",
+                   zc_vote ? "won" : "lost", zc_won);
+        failures++;
+    }
+    /* --zc-allreduce lost: the ring's fallback is the point; other calls need not read in place */
+    if (memalloc_mode && nranks_g > 1 && zc_reads == 0 && zc_vote != 0) {
         if (me == 0)
             printf("FAIL --memalloc: no rank read a peer's chorusMemAlloc buffer in place (is "
                    "CHORUS_ALGO a direct algorithm, and zero-copy on? see CHORUS_DEBUG=INFO)\n");
@@ -615,6 +636,8 @@ int main(int argc, char **argv)
         printf(": %ld checks, %ld failures", checks, failures);
         if (memalloc_mode)
             printf(", %ld pieces read in place", zc_reads);
+        if (zc_vote >= 0)
+            printf(", %ld all-reduces won the zero-copy vote", zc_won);
         printf("\n");
     }
     return failures ? 1 : 0;
