@@ -138,15 +138,21 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
     return chorusSuccess;
 }
 
+/* Broadcast: 1 (and the ref) when the root's input can be read in place by the others (it
+ * writes none of it: in place, nothing). */
+static int root_exposes(const direct_view_t *v, const coll_args_t *a, size_t nbytes, mem_ref_t *ref)
+{
+    return direct_zc_expose(v, a->sendbuff, nbytes, a->recvbuff == a->sendbuff ? NULL : a->recvbuff,
+                            nbytes, ref);
+}
+
 HOT_PATH static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int me = v->rank, root = a->root;
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
     const char *in = a->sendbuff;
     mem_ref_t zref;
-    int zc = me == root &&
-             direct_zc_expose(v, in, nbytes, a->recvbuff == a->sendbuff ? NULL : a->recvbuff,
-                              nbytes, &zref);
+    int zc = me == root && root_exposes(v, a, nbytes, &zref);
     int lazy = nbytes <= DIRECT_LL_NBYTES && nbytes < v->zc_min_nbytes;
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
@@ -338,11 +344,13 @@ HOT_PATH chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const
     }
 }
 
-chorusResult_t direct_allreduce_vote(prims_t *p, const direct_view_t *v, const coll_args_t *a,
-                                     int *won_p)
+chorusResult_t direct_zc_vote(prims_t *p, const direct_view_t *v, const coll_args_t *a, int *won_p)
 {
     mem_ref_t zref, oref;
-    int mine = a->kind == COLL_ALLREDUCE && expose_both(v, a, a->count * p->esize, &zref, &oref);
+    size_t nbytes = a->count * p->esize;
+    int mine = a->kind == COLL_ALLREDUCE   ? expose_both(v, a, nbytes, &zref, &oref)
+               : a->kind == COLL_BROADCAST ? v->rank != a->root || root_exposes(v, a, nbytes, &zref)
+                                           : 0;
     return direct_vote(p, v, mine, won_p);
 }
 

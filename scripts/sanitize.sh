@@ -48,7 +48,7 @@
 #                                         one address: it reports every in-place read (tried:
 #                                         9 reports in the first minutes, also on the older
 #                                         one-shot and all-gather zero-copy paths) and runs
-#                                         past 10 minutes; asan runs coll_zcopy_allreduce_all_mpi_4
+#                                         past 10 minutes; asan runs coll_zcopy_vote_all_mpi_4
 #
 # Environment: ASAN_BUILD_DIR / TSAN_BUILD_DIR (default build-asan / build-tsan),
 # CTEST_PARALLEL_LEVEL (default 2), SANITIZE_JOBS (build parallelism, default nproc).
@@ -83,7 +83,7 @@ asan_tests=(
     coll_mpi_3 coll_mpi_8 coll_threads_8 p2p_mpi_4 multihost_2x2_auto multihost_2x2_tree env_init
     readme_example_3ranks perf_all_reduce_stream_group netns_transports net_socket boot_flood
     boot_flood_lowfd_rank0 two_jobs_net lifecycle invalid_args uniqueid p2p_group_mixed_threads_3
-    stream_threads_3 coll_zcopy_allreduce_all_mpi_4
+    stream_threads_3 coll_zcopy_vote_all_mpi_4
 )
 # Device buffers (fake driver: staged, and GPU to GPU over cuda_p2p) exist only in CUDA builds:
 # where nvcc is found.

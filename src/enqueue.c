@@ -313,8 +313,7 @@ static chorusResult_t run_rooted_tree(chorusComm_t comm, const coll_args_t *a)
 }
 
 static chorusResult_t run_channels(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice);
-static chorusResult_t run_allreduce_zc(chorusComm_t comm, const coll_args_t *a,
-                                       tune_choice_t choice);
+static chorusResult_t run_zc_vote(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice);
 
 HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
 {
@@ -340,32 +339,41 @@ HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
         fill_prims(comm, a, &p);
         return direct_program(&p, &comm->win_view, a, choice.algo == ALGO_TWOSHOT);
     }
-    if (a->kind == COLL_ALLREDUCE && comm->nranks > 1 && comm->zc_allreduce_min > 0 &&
-        a->count * esize >= (uint64_t)comm->zc_allreduce_min && comm->params.algo[0] == '\0' &&
-        comm->tuner.topo.direct)
-        return run_allreduce_zc(comm, a, choice);
+    int64_t zc_min = a->kind == COLL_ALLREDUCE   ? comm->zc_allreduce_min
+                     : a->kind == COLL_BROADCAST ? comm->zc_broadcast_min
+                                                 : 0;
+    if (zc_min > 0 && a->count * esize >= (uint64_t)zc_min && comm->nranks > 1 &&
+        comm->params.algo[0] == '\0' && comm->tuner.topo.direct)
+        return run_zc_vote(comm, a, choice);
     return run_channels(comm, a, choice);
 }
 
-/* A large all-reduce inside one host (CHORUS_ZCOPY_ALLREDUCE_MIN, CHORUS_ALGO unset): two-shot
- * zero-copy when every rank's buffers allow it, else the tuner's choice. Every rank gets here in
- * the same call (the test above reads only what every rank shares) and the vote's answer is the
- * same everywhere. 2 ranks, chorusMemAlloc buffers, three rounds: 16 MiB 1.07-1.09 ms against
- * the ring's 1.40-1.57, 64 MiB 5.3-6.1 against 7.8-8.4 (perftests/README.md). */
-static __attribute__((noinline)) chorusResult_t
-run_allreduce_zc(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice)
+/* A large all-reduce or broadcast inside one host (CHORUS_ZCOPY_ALLREDUCE_MIN /
+ * CHORUS_ZCOPY_BROADCAST_MIN, CHORUS_ALGO unset) that the tuner gives the ring: the direct program
+ * reading chorusMemAlloc memory in place when the buffers allow it (direct_zc_vote), else the
+ * tuner's choice. Every rank gets here in the same call (the test above reads only what every
+ * rank shares) and the vote's answer is the same everywhere. 2 ranks, chorusMemAlloc buffers,
+ * three rounds: all-reduce 16 MiB 1.07-1.09 ms against the ring's 1.40-1.57, 64 MiB 5.3-6.1
+ * against 7.8-8.4; broadcast 1-16 MiB 1.4-2.5x the chain, 64 MiB 1.03-1.21x
+ * (perftests/README.md). */
+static __attribute__((noinline)) chorusResult_t run_zc_vote(chorusComm_t comm, const coll_args_t *a,
+                                                            tune_choice_t choice)
 {
     CHECK(window_connect(comm));
     if (comm->tuner.topo.direct && comm->win_view.zc_find != NULL) {
         prims_t p;
         int won = 0;
         fill_prims(comm, a, &p);
-        CHECK(direct_allreduce_vote(&p, &comm->win_view, a, &won));
-        TRACE(SUB_TUNING, "allreduce of %zu bytes: zero-copy vote %s", a->count * p.esize,
-              won ? "won: two-shot in place" : "lost: the tuner's choice");
-        if (won) {
+        CHECK(direct_zc_vote(&p, &comm->win_view, a, &won));
+        TRACE(SUB_TUNING, "%s of %zu bytes: zero-copy vote %s", coll_name(a->kind),
+              a->count * p.esize, won ? "won: direct, in place" : "lost: the tuner's choice");
+        if (won && a->kind == COLL_ALLREDUCE) {
             comm->zc_allreduce_won++;
             return direct_allreduce_zc(&p, &comm->win_view, a);
+        }
+        if (won) {
+            comm->zc_broadcast_won++;
+            return direct_program(&p, &comm->win_view, a, 0);
         }
     }
     return run_channels(comm, a, choice);

@@ -300,12 +300,17 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     if ((nt_set == NULL || nt_set[0] == '\0') && t.host_cores > 0 &&
         comm->machine_ranks > t.host_cores)
         comm->nt_min = 0;
+    /* The zero-copy votes, oversubscribed: off (4 ranks, 2 cores, 16-64 MiB all-reduce:
+     * 0.90-1.42x of the ring, run to run; a flag round there costs process switches). */
+    int over = t.host_cores > 0 && comm->machine_ranks > t.host_cores;
     comm->zc_allreduce_min = comm->params.zcopy_allreduce_min;
     const char *zc_set = params_raw("CHORUS_ZCOPY_ALLREDUCE_MIN");
-    /* Oversubscribed: off (4 ranks, 2 cores, 16-64 MiB: 0.90-1.42x of the ring, run to run). */
-    if ((zc_set == NULL || zc_set[0] == '\0') && t.host_cores > 0 &&
-        comm->machine_ranks > t.host_cores)
+    if ((zc_set == NULL || zc_set[0] == '\0') && over)
         comm->zc_allreduce_min = 0;
+    comm->zc_broadcast_min = comm->params.zcopy_broadcast_min;
+    zc_set = params_raw("CHORUS_ZCOPY_BROADCAST_MIN");
+    if ((zc_set == NULL || zc_set[0] == '\0') && over)
+        comm->zc_broadcast_min = 0;
     CHECK(res);
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
     if (comm->rank == 0)

@@ -197,6 +197,7 @@ typedef struct ctx {
     long checks;
     long zc_reads; /* pieces of peers' buffers this rank read in place */
     long zc_won; /* all-reduces run two-shot zero-copy after a won vote */
+    long zc_bcast_won; /* broadcasts run direct zero-copy after a won vote */
     /* WITH_DEVBUF: the device buffers behind the host shadows send and recv, their size, the
      * stream, and the result of the call in flight (CALL) */
     char *send, *recv, *dsend, *drecv;
@@ -240,6 +241,8 @@ static void dev_out(ctx_t *c)
 static int memalloc_mode;
 /* --zc-allreduce: -1 not checked, 1 some all-reduce must win the zero-copy vote, 0 none may. */
 static int zc_vote = -1;
+/* --zc-broadcast won: some broadcast must win its zero-copy vote. */
+static int zc_bcast_vote;
 
 static char *alloc_buf(int rank, size_t nbytes)
 {
@@ -435,6 +438,7 @@ static void run_matrix(ctx_t *c)
 #endif
     c->zc_reads = (long)c->comm->zc_reads;
     c->zc_won = (long)c->comm->zc_allreduce_won;
+    c->zc_bcast_won = (long)c->comm->zc_broadcast_won;
 }
 
 static void *thread_main(void *arg)
@@ -447,7 +451,8 @@ static void *thread_main(void *arg)
 /* --env: one rank per process, joined by chorusCommInitEnv. The failure and check counts are summed
  * over the ranks with Chorus itself; if that sum fails, this rank counts the call as a failure so
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
-static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, int *me_p)
+static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
+                    int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -466,13 +471,14 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, i
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[4] = {c.failures, c.checks, c.zc_reads, c.zc_won};
-    if (call_ok(&c, chorusAllReduce(sums, sums, 4, chorusInt64, chorusSum, comm, NULL),
+    int64_t sums[5] = {c.failures, c.checks, c.zc_reads, c.zc_won, c.zc_bcast_won};
+    if (call_ok(&c, chorusAllReduce(sums, sums, 5, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts")) {
         *failures_p = (long)sums[0];
         *checks_p = (long)sums[1];
         *zc_p = (long)sums[2];
         *won_p = (long)sums[3];
+        *bwon_p = (long)sums[4];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -515,23 +521,30 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--zc-allreduce") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
             zc_vote = strcmp(argv[++i], "won") == 0;
-        else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
-                 (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
+        else if (strcmp(argv[i], "--zc-broadcast") == 0 && i + 1 < argc &&
+                 strcmp(argv[i + 1], "won") == 0) {
+            zc_bcast_vote = 1;
+            i++;
+        } else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
             memalloc_mode = strcmp(argv[++i], "all") == 0 ? 1 : 2;
         else {
-            fprintf(stderr,
-                    "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
-                    "          [--memalloc all|even] [--zc-allreduce won|lost] [--driver PATH]\n"
-                    "  --threads N  N ranks as threads of this process\n"
-                    "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
-                    "               unless a rank read a peer's buffer in place (zero-copy)\n"
-                    "  --zc-allreduce  fails unless some all-reduce won (none won) the zero-copy\n"
-                    "               vote (CHORUS_ZCOPY_ALLREDUCE_MIN); lost: --memalloc's own\n"
-                    "               check is off\n"
-                    "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
-                    "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
-                    "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
-                    argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
+                "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
+                "          [--driver PATH]\n"
+                "  --threads N  N ranks as threads of this process\n"
+                "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
+                "               unless a rank read a peer's buffer in place (zero-copy)\n"
+                "  --zc-allreduce  fails unless some all-reduce won (none won) the zero-copy\n"
+                "               vote (CHORUS_ZCOPY_ALLREDUCE_MIN); lost: --memalloc's own\n"
+                "               check is off\n"
+                "  --zc-broadcast won  fails unless some broadcast won its zero-copy vote\n"
+                "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
+                "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
+                "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
+                argv[0]);
             return 2;
         }
     }
@@ -547,7 +560,7 @@ int main(int argc, char **argv)
         return 2;
     }
 #endif
-    long failures = 0, checks = 0, zc_reads = 0, zc_won = 0;
+    long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0;
     int me = 0;
     if (threads > 0) {
         nranks_g = threads;
@@ -570,13 +583,14 @@ int main(int argc, char **argv)
             checks += ctx[i].checks;
             zc_reads += ctx[i].zc_reads;
             zc_won += ctx[i].zc_won;
+            zc_bcast_won += ctx[i].zc_bcast_won;
             chorusCommDestroy(comms_g[i]);
         }
         free(tid);
         free(ctx);
         free(comms_g);
     } else if (env) {
-        if (env_main(&failures, &checks, &zc_reads, &zc_won, &me) != 0)
+        if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -606,6 +620,7 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.checks, &checks, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_reads, &zc_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_won, &zc_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.zc_bcast_won, &zc_bcast_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Finalize();
 #else
         fprintf(stderr, "built without MPI: use --threads N or --env\n");
@@ -617,6 +632,12 @@ int main(int argc, char **argv)
             printf("FAIL --zc-allreduce %s: %ld all-reduce calls (summed over the ranks) ran "
                    "two-shot zero-copy after a won vote (CHORUS_ZCOPY_ALLREDUCE_MIN)\n",
                    zc_vote ? "won" : "lost", zc_won);
+        failures++;
+    }
+    if (zc_bcast_vote && zc_bcast_won == 0) {
+        if (me == 0)
+            printf("FAIL --zc-broadcast won: no broadcast ran direct zero-copy after a won vote "
+                   "(CHORUS_ZCOPY_BROADCAST_MIN)\n");
         failures++;
     }
     /* --zc-allreduce lost: the ring's fallback is the point; other calls need not read in place */
@@ -636,8 +657,8 @@ int main(int argc, char **argv)
         printf(": %ld checks, %ld failures", checks, failures);
         if (memalloc_mode)
             printf(", %ld pieces read in place", zc_reads);
-        if (zc_vote >= 0)
-            printf(", %ld all-reduces won the zero-copy vote", zc_won);
+        if (zc_vote >= 0 || zc_bcast_vote)
+            printf(", zero-copy votes won: %ld all-reduces, %ld broadcasts", zc_won, zc_bcast_won);
         printf("\n");
     }
     return failures ? 1 : 0;
