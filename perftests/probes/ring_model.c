@@ -23,14 +23,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe.h"
+
 #define STEPS 8
 #define WAIT_S 10.0
-
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#else
-#define cpu_relax() __asm__ __volatile__("" ::: "memory")
-#endif
 
 typedef struct {
     _Alignas(64) long head; /* slots the sender has filled */
@@ -49,13 +45,6 @@ static char *slots; /* 2 x STEPS x slot bytes */
 static size_t slot;
 static int me;
 static long sent, recvd;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Spin until *word >= want; 0 after WAIT_S seconds (the other process died or stalled). */
 static int wait_ge(long *word, long want)

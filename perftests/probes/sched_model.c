@@ -19,13 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_PROC 64
+#include "probe.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#else
-#define cpu_relax() __asm__ __volatile__("" ::: "memory")
-#endif
+#define MAX_PROC 64
 
 typedef struct {
     _Alignas(64) long posted; /* the last round this process posted */
@@ -35,13 +31,6 @@ typedef struct {
     long round;
     double us, user_us, sys_us, switches; /* per round, filled when the process is done */
 } slot_t;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* 1 when a process last seen on this CPU could run now. */
 static int yield_useful(slot_t *s, int n, int me)

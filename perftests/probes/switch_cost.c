@@ -20,14 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static long rounds = 200000;
+#include "probe.h"
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+static long rounds = 200000;
 
 static void pin(int cpu)
 {
