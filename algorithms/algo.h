@@ -185,14 +185,16 @@ typedef struct direct_view {
  * all-gather, reduce-scatter. Runs on the caller's thread; waits use p's wait context. */
 chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const coll_args_t *a,
                               int twoshot);
-/* A large all-reduce (CHORUS_ZCOPY_ALLREDUCE_MIN) or broadcast (CHORUS_ZCOPY_BROADCAST_MIN) the
- * tuner gives the ring asks, in one flag round every rank joins, whether the memory the direct
- * program would read in place can be (chorusMemAlloc; all-reduce: every rank's input and output,
- * apart; broadcast: the root's input); *won_p is the same on every rank. If so, all-reduce runs
+/* A large all-reduce, broadcast or reduce-scatter (CHORUS_ZCOPY_{ALLREDUCE,BROADCAST,
+ * REDUCESCATTER}_MIN) the tuner gives the ring asks, in one flag round every rank joins, whether
+ * the memory the direct program would read in place can be (chorusMemAlloc; all-reduce: every
+ * rank's input and output, apart; broadcast: the root's input; reduce-scatter: every rank's
+ * input, its output apart); *won_p is the same on every rank. If so, all-reduce runs
  * direct_allreduce_zc: two-shot with each rank's part reduced from the inputs in place straight
  * into its output, and copied from there by the others (no window buffer in between: two passes
- * over the data where the ring makes four); broadcast runs direct_program, whose non-roots copy
- * the root's input straight into their outputs (one copy where the chain makes two). */
+ * over the data where the ring makes four); broadcast and reduce-scatter run direct_program,
+ * whose ranks read the root's input (broadcast) or their part of every input (reduce-scatter)
+ * in place. */
 chorusResult_t direct_zc_vote(prims_t *p, const direct_view_t *v, const coll_args_t *a, int *won_p);
 chorusResult_t direct_allreduce_zc(prims_t *p, const direct_view_t *v, const coll_args_t *a);
 

@@ -89,7 +89,7 @@ allreduce_piece(prims_t *p, const direct_view_t *v, const coll_args_t *a, uint64
                 continue; /* reduced in place */
             if (r != me) {
                 CHECK(direct_wait_flag(p, v, r, OFF_REDUCED, s, "direct window reduced flag"));
-                CHECK(direct_ref_of(v, r, &hdr(v, r)->reduced, plen * es, &in_place));
+                CHECK(direct_ref_of(v, r, &hdr(v, r)->reduced, 0, plen * es, &in_place));
             }
             if (plen > 0)
                 prims_copy_out(p, out + poff * es, in_place != NULL ? in_place : src, plen * es);
@@ -277,19 +277,30 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
     return chorusSuccess;
 }
 
+/* Reduce-scatter: 1 (and the ref) when this rank's whole input can be read in place by the
+ * others (its output apart from it). */
+static int rs_exposes(const direct_view_t *v, const coll_args_t *a, size_t es, mem_ref_t *ref)
+{
+    return direct_zc_expose(v, a->sendbuff, a->count * (size_t)v->nranks * es, a->recvbuff,
+                            a->count * es, ref);
+}
+
 HOT_PATH static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v,
                                              const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank;
     size_t es = p->esize, per = v->buf_nbytes / es / (size_t)n;
+    const char *in = a->sendbuff;
     char *srcs[DIRECT_MAX_RANKS];
+    mem_ref_t zref;
+    int zc = rs_exposes(v, a, es, &zref);
     if (per == 0)
         return ERR(chorusInternalError, SUB_COLL,
                    "direct reduce-scatter: a window of %zu bytes holds no element for %d ranks",
                    v->buf_nbytes, n);
+    uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        uint64_t s;
         int lines = (size_t)(n - 1) * len * es <= LINES_MAX_NBYTES;
         CHECK(direct_piece_begin(p, v, &s, 2));
         if (lines) {
@@ -307,17 +318,27 @@ HOT_PATH static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v,
             direct_piece_done(v, s, 0);
             continue;
         }
-        /* Part r of this rank's input lands at r * len in its buffer. */
-        for (int r = 0; r < n; r++)
+        /* Part r of this rank's input lands at r * len in its buffer; zero-copy: the others
+         * read part r, piece s, in place (the ready flag names the input's start). */
+        for (int r = 0; !zc && r < n; r++)
             p->ops->copy(buf(v, me, s) + (size_t)r * len * es,
-                         (const char *)a->sendbuff + ((size_t)r * a->count + off) * es, len * es);
-        fifo_set_flag(&hdr(v, me)->ready[s & 1], s);
+                         in + ((size_t)r * a->count + off) * es, len * es);
+        direct_publish_ready(v, s, zc ? &zref : NULL, 0);
         CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
-        for (int r = 0; r < n; r++)
-            srcs[r] = buf(v, r, s) + (size_t)me * len * es;
+        size_t mine = ((size_t)me * a->count + off) * es;
+        for (int r = 0; r < n; r++) {
+            const char *src = NULL;
+            if (r == me && zc)
+                src = in + mine;
+            else if (r != me)
+                CHECK(direct_ref_of(v, r, &hdr(v, r)->ready[s & 1], mine, len * es, &src));
+            srcs[r] = src != NULL ? (char *)src : buf(v, r, s) + (size_t)me * len * es;
+        }
         direct_reduce_list(p, (char *)a->recvbuff + off * es, srcs, n, len);
         direct_piece_done(v, s, 0);
     }
+    if (zc)
+        CHECK(direct_zc_release(p, v, s));
     return chorusSuccess;
 }
 
@@ -350,7 +371,8 @@ chorusResult_t direct_zc_vote(prims_t *p, const direct_view_t *v, const coll_arg
     size_t nbytes = a->count * p->esize;
     int mine = a->kind == COLL_ALLREDUCE   ? expose_both(v, a, nbytes, &zref, &oref)
                : a->kind == COLL_BROADCAST ? v->rank != a->root || root_exposes(v, a, nbytes, &zref)
-                                           : 0;
+               : a->kind == COLL_REDUCESCATTER ? rs_exposes(v, a, p->esize, &zref)
+                                               : 0;
     return direct_vote(p, v, mine, won_p);
 }
 

@@ -377,9 +377,8 @@ HOT_PATH int direct_zc_expose(const direct_view_t *v, const void *in, size_t nby
     return v->zc_find(in, nbytes, ref);
 }
 
-/* Publish this rank's input of piece s: in its window buffer (ref NULL) or in place at ref's
- * data + off bytes. */
-static void publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, size_t off)
+HOT_PATH void direct_publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *ref,
+                                   size_t off)
 {
     fifo_flag_t *f = &hdr(v, v->rank)->ready[s & 1];
     mem_ref_t r;
@@ -400,17 +399,19 @@ HOT_PATH void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t 
 {
     if (ref == NULL)
         p->ops->copy(buf(v, v->rank, s), in + off * p->esize, len * p->esize);
-    publish_ready(v, s, ref, off * p->esize);
+    direct_publish_ready(v, s, ref, off * p->esize);
 }
 
 HOT_PATH chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f,
-                                      size_t nbytes, const char **src)
+                                      size_t skip, size_t nbytes, const char **src)
 {
     mem_ref_t ref;
     memcpy(&ref, f->payload, sizeof(ref));
     *src = NULL;
     if (ref.id == 0)
         return chorusSuccess;
+    ref.offset += skip;
+    ref.addr += skip;
     if (v->zc_map == NULL)
         return ERR(chorusInternalError, SUB_COLL,
                    "rank %d published its data in place, but this rank has zero-copy off", r);
@@ -431,7 +432,7 @@ HOT_PATH chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t 
         return chorusSuccess;
     }
     const char *in_place;
-    CHECK(direct_ref_of(v, r, &hdr(v, r)->ready[s & 1], nbytes, &in_place));
+    CHECK(direct_ref_of(v, r, &hdr(v, r)->ready[s & 1], 0, nbytes, &in_place));
     *src = in_place != NULL ? (char *)in_place : buf(v, r, s);
     return chorusSuccess;
 }

@@ -97,10 +97,13 @@ chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int mine, int *al
 /* Zero-copy, at the end of a call: peers read this rank's memory until their done flags reach
  * s, the call's last piece; the caller may change it once this returns. */
 chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s);
-/* Rank r's memory named by the ref in the payload of its flag f (id 0: none), nbytes of it:
- * NULL in *src when there is none; an error when it cannot be mapped. */
-chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f, size_t nbytes,
-                             const char **src);
+/* Rank r's memory named by the ref in the payload of its flag f (id 0: none), nbytes of it from
+ * skip bytes on: NULL in *src when there is none; an error when it cannot be mapped. */
+chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f, size_t skip,
+                             size_t nbytes, const char **src);
+/* Set this rank's ready flag of piece s, its payload naming ref's data + off bytes (ref NULL:
+ * nothing in place; the data is in the window buffer). */
+void direct_publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, size_t off);
 /* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
 void direct_reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count);
 

@@ -76,6 +76,7 @@ struct chorusComm {
                                * CHORUS_ZCOPY_ALLREDUCE_MIN; 0 (never) when the machine's ranks
                                * outnumber its cores, unless set (every rank decides alike) */
     int64_t zc_broadcast_min; /* the same for broadcast: CHORUS_ZCOPY_BROADCAST_MIN */
+    int64_t zc_reducescatter_min; /* and reduce-scatter (output bytes) */
     tuner_t tuner;
     struct {
         size_t nbytes; /* the last call's size per collective, and the tuner's choice for it */
@@ -95,6 +96,7 @@ struct chorusComm {
     uint64_t zc_reads; /* pieces read in place from peers' chorusMemAlloc memory (direct.c) */
     uint64_t zc_allreduce_won; /* all-reduces whose zero-copy vote won (enqueue.c; tests look) */
     uint64_t zc_broadcast_won; /* broadcasts whose zero-copy vote won */
+    uint64_t zc_reducescatter_won; /* reduce-scatters whose zero-copy vote won */
     comm_conn_t *p2p_send; /* [nranks], built on first use */
     comm_conn_t *p2p_recv;
     exec_pool_t *pool;

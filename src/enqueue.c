@@ -339,22 +339,23 @@ HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
         fill_prims(comm, a, &p);
         return direct_program(&p, &comm->win_view, a, choice.algo == ALGO_TWOSHOT);
     }
-    int64_t zc_min = a->kind == COLL_ALLREDUCE   ? comm->zc_allreduce_min
-                     : a->kind == COLL_BROADCAST ? comm->zc_broadcast_min
-                                                 : 0;
+    int64_t zc_min = a->kind == COLL_ALLREDUCE       ? comm->zc_allreduce_min
+                     : a->kind == COLL_BROADCAST     ? comm->zc_broadcast_min
+                     : a->kind == COLL_REDUCESCATTER ? comm->zc_reducescatter_min
+                                                     : 0;
     if (zc_min > 0 && a->count * esize >= (uint64_t)zc_min && comm->nranks > 1 &&
         comm->params.algo[0] == '\0' && comm->tuner.topo.direct)
         return run_zc_vote(comm, a, choice);
     return run_channels(comm, a, choice);
 }
 
-/* A large all-reduce or broadcast inside one host (CHORUS_ZCOPY_ALLREDUCE_MIN /
- * CHORUS_ZCOPY_BROADCAST_MIN, CHORUS_ALGO unset) that the tuner gives the ring: the direct program
- * reading chorusMemAlloc memory in place when the buffers allow it (direct_zc_vote), else the
- * tuner's choice. Every rank gets here in the same call (the test above reads only what every
- * rank shares) and the vote's answer is the same everywhere. 2 ranks, chorusMemAlloc buffers,
- * three rounds: all-reduce 16 MiB 1.07-1.09 ms against the ring's 1.40-1.57, 64 MiB 5.3-6.1
- * against 7.8-8.4; broadcast 1-16 MiB 1.4-2.5x the chain, 64 MiB 1.03-1.21x
+/* A large all-reduce, broadcast or reduce-scatter inside one host (CHORUS_ZCOPY_*_MIN,
+ * CHORUS_ALGO unset) that the tuner gives the ring: the direct program reading chorusMemAlloc
+ * memory in place when the buffers allow it (direct_zc_vote), else the tuner's choice. Every
+ * rank gets here in the same call (the test above reads only what every rank shares) and the
+ * vote's answer is the same everywhere. 2 ranks, chorusMemAlloc buffers: all-reduce 16 MiB
+ * 1.07-1.09 ms against the ring's 1.40-1.57, 64 MiB 5.3-6.1 against 7.8-8.4; broadcast 1-16 MiB
+ * 1.4-2.5x the chain, 64 MiB 1.03-1.21x; reduce-scatter 2-32 MiB 1.6-2.4x the ring
  * (perftests/README.md). */
 static __attribute__((noinline)) chorusResult_t run_zc_vote(chorusComm_t comm, const coll_args_t *a,
                                                             tune_choice_t choice)
@@ -372,7 +373,10 @@ static __attribute__((noinline)) chorusResult_t run_zc_vote(chorusComm_t comm, c
             return direct_allreduce_zc(&p, &comm->win_view, a);
         }
         if (won) {
-            comm->zc_broadcast_won++;
+            if (a->kind == COLL_BROADCAST)
+                comm->zc_broadcast_won++;
+            else
+                comm->zc_reducescatter_won++;
             return direct_program(&p, &comm->win_view, a, 0);
         }
     }

@@ -311,6 +311,10 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     zc_set = params_raw("CHORUS_ZCOPY_BROADCAST_MIN");
     if ((zc_set == NULL || zc_set[0] == '\0') && over)
         comm->zc_broadcast_min = 0;
+    comm->zc_reducescatter_min = comm->params.zcopy_reducescatter_min;
+    zc_set = params_raw("CHORUS_ZCOPY_REDUCESCATTER_MIN");
+    if ((zc_set == NULL || zc_set[0] == '\0') && over)
+        comm->zc_reducescatter_min = 0;
     CHECK(res);
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
     if (comm->rank == 0)

@@ -31,6 +31,7 @@ typedef struct params {
     int64_t zcopy_allreduce_min; /* CHORUS_ZCOPY_ALLREDUCE_MIN: large all-reduces vote for two-shot
                                   * zero-copy from this many bytes; 0: never */
     int64_t zcopy_broadcast_min; /* CHORUS_ZCOPY_BROADCAST_MIN: the same for broadcast (direct) */
+    int64_t zcopy_reducescatter_min; /* CHORUS_ZCOPY_REDUCESCATTER_MIN: and reduce-scatter */
     int64_t nt_min_bytes; /* CHORUS_NT_MIN_BYTES: out-of-place outputs this big stream; 0: never */
     int64_t cuda_p2p; /* CHORUS_CUDA_P2P: device buffers move GPU to GPU inside a machine */
     int64_t cuda_async; /* CHORUS_CUDA_ASYNC: device-buffer calls return before they run */

@@ -77,13 +77,13 @@ foreach(algo oneshot twoshot)
   endforeach()
 endforeach()
 
-# The zero-copy votes of large all-reduces and broadcasts (enqueue.c run_zc_vote, direct.c)
-# brought down to 4 KiB with the tuner free: chorusMemAlloc buffers on every rank (all: the
-# out-of-place all-reduces of 4- and 8-byte types, 560 KiB and more, from the 512 KiB zero-copy
-# starts, must win and run two-shot with results read from the outputs, and broadcasts must win)
-# or on even ranks only (even: every all-reduce vote must lose, and the ring runs; broadcasts
-# from even roots win, from odd ones lose). 64 KiB window buffers: 140000 elements cross many
-# pieces.
+# The zero-copy votes of large all-reduces, broadcasts and reduce-scatters (enqueue.c
+# run_zc_vote, direct.c) brought down to 4 KiB with the tuner free: chorusMemAlloc buffers on
+# every rank (all: the out-of-place all-reduces of 4- and 8-byte types, 560 KiB and more, from the
+# 512 KiB zero-copy starts, must win and run two-shot with results read from the outputs;
+# broadcasts and out-of-place reduce-scatters must win) or on even ranks only (even: every
+# all-reduce and reduce-scatter vote must lose, and the ring runs; broadcasts from even roots
+# win, from odd ones lose). 64 KiB window buffers: 140000 elements cross many pieces.
 foreach(mode all even)
   if(mode STREQUAL "all")
     set(vote won)
@@ -92,16 +92,16 @@ foreach(mode all even)
   endif()
   chorus_add_test(NAME coll_zcopy_vote_${mode}_threads_3 TIMEOUT 300
     COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140000 --memalloc ${mode}
-            --zc-allreduce ${vote} --zc-broadcast won
+            --zc-allreduce ${vote} --zc-broadcast won --zc-reducescatter ${vote}
     ENV CHORUS_ZCOPY_ALLREDUCE_MIN=4096 CHORUS_ZCOPY_BROADCAST_MIN=4096
-        CHORUS_DIRECT_BUFFSIZE=65536)
+        CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 CHORUS_DIRECT_BUFFSIZE=65536)
   if(MPI_C_FOUND)
     chorus_add_test(NAME coll_zcopy_vote_${mode}_mpi_4 TIMEOUT 300
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4
               -x CHORUS_ZCOPY_ALLREDUCE_MIN=4096 -x CHORUS_ZCOPY_BROADCAST_MIN=4096
-              -x CHORUS_DIRECT_BUFFSIZE=65536
+              -x CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 -x CHORUS_DIRECT_BUFFSIZE=65536
               $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode}
-              --zc-allreduce ${vote} --zc-broadcast won)
+              --zc-allreduce ${vote} --zc-broadcast won --zc-reducescatter ${vote})
   endif()
 endforeach()
 

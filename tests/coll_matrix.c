@@ -198,6 +198,7 @@ typedef struct ctx {
     long zc_reads; /* pieces of peers' buffers this rank read in place */
     long zc_won; /* all-reduces run two-shot zero-copy after a won vote */
     long zc_bcast_won; /* broadcasts run direct zero-copy after a won vote */
+    long zc_rs_won; /* reduce-scatters run direct zero-copy after a won vote */
     /* WITH_DEVBUF: the device buffers behind the host shadows send and recv, their size, the
      * stream, and the result of the call in flight (CALL) */
     char *send, *recv, *dsend, *drecv;
@@ -243,6 +244,8 @@ static int memalloc_mode;
 static int zc_vote = -1;
 /* --zc-broadcast won: some broadcast must win its zero-copy vote. */
 static int zc_bcast_vote;
+/* --zc-reducescatter: as --zc-allreduce, for reduce-scatter. */
+static int zc_rs_vote = -1;
 
 static char *alloc_buf(int rank, size_t nbytes)
 {
@@ -439,6 +442,20 @@ static void run_matrix(ctx_t *c)
     c->zc_reads = (long)c->comm->zc_reads;
     c->zc_won = (long)c->comm->zc_allreduce_won;
     c->zc_bcast_won = (long)c->comm->zc_broadcast_won;
+    c->zc_rs_won = (long)c->comm->zc_reducescatter_won;
+}
+
+/* --zc-WHAT: 1 (and rank 0 says why) when want is 1 and no call won its zero-copy vote, or 0 and
+ * some did (won: summed over the ranks); want -1: not checked. */
+static int vote_failed(int me, const char *what, int want, long won)
+{
+    if (want < 0 || (want ? won != 0 : won == 0))
+        return 0;
+    if (me == 0)
+        printf("FAIL --zc-%s %s: %ld calls (summed over the ranks) won the zero-copy vote and "
+               "ran direct (CHORUS_ZCOPY_*_MIN)\n",
+               what, want ? "won" : "lost", won);
+    return 1;
 }
 
 static void *thread_main(void *arg)
@@ -452,7 +469,7 @@ static void *thread_main(void *arg)
  * over the ranks with Chorus itself; if that sum fails, this rank counts the call as a failure so
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
 static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
-                    int *me_p)
+                    long *rswon_p, int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -471,14 +488,15 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[5] = {c.failures, c.checks, c.zc_reads, c.zc_won, c.zc_bcast_won};
-    if (call_ok(&c, chorusAllReduce(sums, sums, 5, chorusInt64, chorusSum, comm, NULL),
+    int64_t sums[6] = {c.failures, c.checks, c.zc_reads, c.zc_won, c.zc_bcast_won, c.zc_rs_won};
+    if (call_ok(&c, chorusAllReduce(sums, sums, 6, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts")) {
         *failures_p = (long)sums[0];
         *checks_p = (long)sums[1];
         *zc_p = (long)sums[2];
         *won_p = (long)sums[3];
         *bwon_p = (long)sums[4];
+        *rswon_p = (long)sums[5];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -521,6 +539,9 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--zc-allreduce") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
             zc_vote = strcmp(argv[++i], "won") == 0;
+        else if (strcmp(argv[i], "--zc-reducescatter") == 0 && i + 1 < argc &&
+                 (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
+            zc_rs_vote = strcmp(argv[++i], "won") == 0;
         else if (strcmp(argv[i], "--zc-broadcast") == 0 && i + 1 < argc &&
                  strcmp(argv[i + 1], "won") == 0) {
             zc_bcast_vote = 1;
@@ -533,7 +554,7 @@ int main(int argc, char **argv)
                 stderr,
                 "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
                 "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
-                "          [--driver PATH]\n"
+                "          [--zc-reducescatter won|lost] [--driver PATH]\n"
                 "  --threads N  N ranks as threads of this process\n"
                 "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                 "               unless a rank read a peer's buffer in place (zero-copy)\n"
@@ -541,6 +562,7 @@ int main(int argc, char **argv)
                 "               vote (CHORUS_ZCOPY_ALLREDUCE_MIN); lost: --memalloc's own\n"
                 "               check is off\n"
                 "  --zc-broadcast won  fails unless some broadcast won its zero-copy vote\n"
+                "  --zc-reducescatter  as --zc-allreduce, for reduce-scatter\n"
                 "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                 "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
                 "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
@@ -560,7 +582,7 @@ int main(int argc, char **argv)
         return 2;
     }
 #endif
-    long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0;
+    long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0, zc_rs_won = 0;
     int me = 0;
     if (threads > 0) {
         nranks_g = threads;
@@ -584,13 +606,14 @@ int main(int argc, char **argv)
             zc_reads += ctx[i].zc_reads;
             zc_won += ctx[i].zc_won;
             zc_bcast_won += ctx[i].zc_bcast_won;
+            zc_rs_won += ctx[i].zc_rs_won;
             chorusCommDestroy(comms_g[i]);
         }
         free(tid);
         free(ctx);
         free(comms_g);
     } else if (env) {
-        if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &me) != 0)
+        if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -621,25 +644,16 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.zc_reads, &zc_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_won, &zc_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_bcast_won, &zc_bcast_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.zc_rs_won, &zc_rs_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Finalize();
 #else
         fprintf(stderr, "built without MPI: use --threads N or --env\n");
         return 2;
 #endif
     }
-    if (zc_vote >= 0 && (zc_vote ? zc_won == 0 : zc_won != 0)) {
-        if (me == 0)
-            printf("FAIL --zc-allreduce %s: %ld all-reduce calls (summed over the ranks) ran "
-                   "two-shot zero-copy after a won vote (CHORUS_ZCOPY_ALLREDUCE_MIN)\n",
-                   zc_vote ? "won" : "lost", zc_won);
-        failures++;
-    }
-    if (zc_bcast_vote && zc_bcast_won == 0) {
-        if (me == 0)
-            printf("FAIL --zc-broadcast won: no broadcast ran direct zero-copy after a won vote "
-                   "(CHORUS_ZCOPY_BROADCAST_MIN)\n");
-        failures++;
-    }
+    failures += vote_failed(me, "allreduce", zc_vote, zc_won);
+    failures += vote_failed(me, "broadcast", zc_bcast_vote ? 1 : -1, zc_bcast_won);
+    failures += vote_failed(me, "reducescatter", zc_rs_vote, zc_rs_won);
     /* --zc-allreduce lost: the ring's fallback is the point; other calls need not read in place */
     if (memalloc_mode && nranks_g > 1 && zc_reads == 0 && zc_vote != 0) {
         if (me == 0)
@@ -657,8 +671,9 @@ int main(int argc, char **argv)
         printf(": %ld checks, %ld failures", checks, failures);
         if (memalloc_mode)
             printf(", %ld pieces read in place", zc_reads);
-        if (zc_vote >= 0 || zc_bcast_vote)
-            printf(", zero-copy votes won: %ld all-reduces, %ld broadcasts", zc_won, zc_bcast_won);
+        if (zc_vote >= 0 || zc_bcast_vote || zc_rs_vote >= 0)
+            printf(", zero-copy votes won: %ld all-reduces, %ld broadcasts, %ld reduce-scatters",
+                   zc_won, zc_bcast_won, zc_rs_won);
         printf("\n");
     }
     return failures ? 1 : 0;
