@@ -108,7 +108,7 @@ static int expose_both(const direct_view_t *v, const coll_args_t *a, size_t nbyt
            direct_zc_expose(v, a->recvbuff, nbytes, a->sendbuff, nbytes, oref);
 }
 
-/* zc_out (two-shot only): the ranks agreed (direct_allreduce_vote) that each reduces its part
+/* zc_out (two-shot only): the ranks agreed (direct_zc_vote) that each reduces its part
  * straight into its output and the others copy it from there. */
 HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_args_t *a,
                                          int twoshot, int zc_out)

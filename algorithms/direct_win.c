@@ -437,7 +437,7 @@ HOT_PATH chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t 
     return chorusSuccess;
 }
 
-/* The vote of direct_allreduce_vote: one piece whose ready flags carry each rank's answer. */
+/* direct_zc_vote's flag round: one piece whose ready flags carry each rank's answer. */
 chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int mine, int *all_p)
 {
     uint64_t s;

@@ -203,6 +203,14 @@ out:
 }
 
 /* The tuner sees ranks, hosts and the slowest link the net plugin reports. */
+/* A setting where the machine's ranks outnumber its cores (over): over_value, unless the
+ * variable name is set (then as set). */
+static int64_t unless_set(const char *name, int64_t value, int over, int64_t over_value)
+{
+    const char *set = params_raw(name);
+    return over && (set == NULL || set[0] == '\0') ? over_value : value;
+}
+
 static chorusResult_t setup_tuner(chorusComm_t comm)
 {
     tune_topo_t t = {.nranks = comm->nranks,
@@ -289,32 +297,20 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     t.net_latency_us = (double)mine[2] / 1000.0;
     t.direct = (int)mine[3];
     free(all);
-    comm->spin = comm->params.spin;
-    const char *spin_set = params_raw("CHORUS_SPIN");
-    if ((spin_set == NULL || spin_set[0] == '\0') && t.host_cores > 0 &&
-        comm->machine_ranks > t.host_cores && comm->spin > 16)
-        comm->spin = 16; /* oversubscribed: yield almost at once (CHORUS_SPIN set: as set) */
-    comm->nt_min = comm->params.nt_min_bytes;
-    const char *nt_set = params_raw("CHORUS_NT_MIN_BYTES");
-    /* Oversubscribed: off (4 ranks, 2 cores, 64 MiB broadcast: 18.6-19.8 ms against 11.7-12.9) */
-    if ((nt_set == NULL || nt_set[0] == '\0') && t.host_cores > 0 &&
-        comm->machine_ranks > t.host_cores)
-        comm->nt_min = 0;
-    /* The zero-copy votes, oversubscribed: off (4 ranks, 2 cores, 16-64 MiB all-reduce:
-     * 0.90-1.42x of the ring, run to run; a flag round there costs process switches). */
+    /* Where the machine's ranks outnumber its cores, unless the variable is set: waits yield
+     * almost at once; no streaming stores (4 ranks, 2 cores, 64 MiB broadcast: 18.6-19.8 ms
+     * against 11.7-12.9); no zero-copy votes (16-64 MiB all-reduce: 0.90-1.42x of the ring, run
+     * to run; a flag round there costs process switches). */
     int over = t.host_cores > 0 && comm->machine_ranks > t.host_cores;
-    comm->zc_allreduce_min = comm->params.zcopy_allreduce_min;
-    const char *zc_set = params_raw("CHORUS_ZCOPY_ALLREDUCE_MIN");
-    if ((zc_set == NULL || zc_set[0] == '\0') && over)
-        comm->zc_allreduce_min = 0;
-    comm->zc_broadcast_min = comm->params.zcopy_broadcast_min;
-    zc_set = params_raw("CHORUS_ZCOPY_BROADCAST_MIN");
-    if ((zc_set == NULL || zc_set[0] == '\0') && over)
-        comm->zc_broadcast_min = 0;
-    comm->zc_reducescatter_min = comm->params.zcopy_reducescatter_min;
-    zc_set = params_raw("CHORUS_ZCOPY_REDUCESCATTER_MIN");
-    if ((zc_set == NULL || zc_set[0] == '\0') && over)
-        comm->zc_reducescatter_min = 0;
+    const params_t *pa = &comm->params;
+    comm->spin = unless_set("CHORUS_SPIN", pa->spin, over, pa->spin > 16 ? 16 : pa->spin);
+    comm->nt_min = unless_set("CHORUS_NT_MIN_BYTES", pa->nt_min_bytes, over, 0);
+    comm->zc_allreduce_min =
+        unless_set("CHORUS_ZCOPY_ALLREDUCE_MIN", pa->zcopy_allreduce_min, over, 0);
+    comm->zc_broadcast_min =
+        unless_set("CHORUS_ZCOPY_BROADCAST_MIN", pa->zcopy_broadcast_min, over, 0);
+    comm->zc_reducescatter_min =
+        unless_set("CHORUS_ZCOPY_REDUCESCATTER_MIN", pa->zcopy_reducescatter_min, over, 0);
     CHECK(res);
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
     if (comm->rank == 0)
