@@ -299,18 +299,18 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     free(all);
     /* Where the machine's ranks outnumber its cores, unless the variable is set: waits yield
      * almost at once; no streaming stores (4 ranks, 2 cores, 64 MiB broadcast: 18.6-19.8 ms
-     * against 11.7-12.9); no zero-copy votes (16-64 MiB all-reduce: 0.90-1.42x of the ring, run
-     * to run; a flag round there costs process switches). */
+     * against 11.7-12.9); no all-reduce zero-copy vote (16-64 MiB: 0.90-1.42x of the ring, run
+     * to run). The broadcast and reduce-scatter votes stay on: 4 ranks on 2 cores, out of place,
+     * broadcast 1-4 MiB 68-251 us against 87-474, reduce-scatter 16 MiB 1376-1496 against
+     * 2475-2731 (perftests/README.md). */
     int over = t.host_cores > 0 && comm->machine_ranks > t.host_cores;
     const params_t *pa = &comm->params;
     comm->spin = unless_set("CHORUS_SPIN", pa->spin, over, pa->spin > 16 ? 16 : pa->spin);
     comm->nt_min = unless_set("CHORUS_NT_MIN_BYTES", pa->nt_min_bytes, over, 0);
     comm->zc_allreduce_min =
         unless_set("CHORUS_ZCOPY_ALLREDUCE_MIN", pa->zcopy_allreduce_min, over, 0);
-    comm->zc_broadcast_min =
-        unless_set("CHORUS_ZCOPY_BROADCAST_MIN", pa->zcopy_broadcast_min, over, 0);
-    comm->zc_reducescatter_min =
-        unless_set("CHORUS_ZCOPY_REDUCESCATTER_MIN", pa->zcopy_reducescatter_min, over, 0);
+    comm->zc_broadcast_min = pa->zcopy_broadcast_min;
+    comm->zc_reducescatter_min = pa->zcopy_reducescatter_min;
     CHECK(res);
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
     if (comm->rank == 0)

@@ -68,11 +68,11 @@ static const param_def_t param_table[] = {
     {"CHORUS_ZCOPY_BROADCAST_MIN", PT_BYTES, "1M", 0, BIG, OFF(zcopy_broadcast_min),
      "one-host broadcasts of at least this many bytes, where the tuner takes the ring, run "
      "direct with the root's input read in place when it is chorusMemAlloc memory (a flag round "
-     "asks); 0: never (the default when ranks outnumber cores)"},
+     "asks); 0: never"},
     {"CHORUS_ZCOPY_REDUCESCATTER_MIN", PT_BYTES, "1M", 0, BIG, OFF(zcopy_reducescatter_min),
      "one-host reduce-scatters whose output is at least this many bytes, where the tuner takes "
      "the ring, run direct with every rank's input read in place when all are chorusMemAlloc "
-     "memory (a flag round asks); 0: never (the default when ranks outnumber cores)"},
+     "memory (a flag round asks); 0: never"},
     {"CHORUS_CUDA_P2P", PT_INT, "-1", -1, 1, OFF(cuda_p2p),
      "device buffers inside a machine GPU to GPU (1), staged via host (0); -1: 1 unless GPUs "
      "shared"},
