@@ -9,7 +9,10 @@
 #         argument checks.
 #   tsan  build-tsan (CHORUS_SANITIZE=thread): the tests whose ranks, progress threads, streams,
 #         proxy threads and aborts share one process, where every cross-thread access is in
-#         sight of the tool.
+#         sight of the tool: ranks of one process share one mapping of each shm FIFO and window
+#         (transports/shm.c), so a flag's release and its acquire are the same word to it (with
+#         a mapping per rank it saw neither the FIFO and window protocols nor zero-copy's in-place
+#         reads; a relaxed ready flag or FIFO tail went unreported).
 #   all   both (the default).
 #
 # Each stage builds only the targets its tests run (read from ctest's test commands), then runs
@@ -33,7 +36,7 @@
 #   reduce_unit, topo, tuning, graph, device_ptr_refused, env_table_in_readme, logging,
 #   socket_ifname, install_consumer       single-process or build checks, not the suite's paths
 #   faults_kill_*, faults_sigstop_*, faults_init_*, boot_flood_lowfd, two_jobs_shm, hygiene_*,
-#   shm_*                                 timing-bound or minutes-long fault and resource tests
+#   shm_small, shm_sigkill                timing-bound or minutes-long fault and resource tests
 #                                         (the kill/sigstop bounds are wall-clock)
 #   fuzz_replay_*                         already run under ASan+UBSan in the plain build
 #   cuda_memops, cuda_device_ptr, cuda_coll_*, cuda_stage_4, cuda_p2p_4, cuda_p2p_blocking_2
@@ -41,14 +44,9 @@
 #                                         cuda_p2p_2 again at 4 ranks or waiting for the stream
 #   tsan: the mpirun tests (one rank per process: the tool sees no other rank's accesses), but
 #         multihost_transports_2x2 for the net proxy thread
-#   tsan: coll_zcopy_*_threads_*          each rank maps every window itself, so the flags that
-#                                         order a peer's in-place reads sit at another address
-#                                         in each rank and TSan pairs no release with its
-#                                         acquire, while the chorusMemAlloc data they order has
-#                                         one address: it reports every in-place read (tried:
-#                                         9 reports in the first minutes, also on the older
-#                                         one-shot and all-gather zero-copy paths) and runs
-#                                         past 10 minutes; asan runs coll_zcopy_vote_all_mpi_4
+#   tsan: coll_zcopy_{oneshot_even,twoshot_all,vote_even}_threads_3   the same paths as the
+#                                         siblings the stage runs (every rank's buffers or even
+#                                         ranks' in place)
 #
 # Environment: ASAN_BUILD_DIR / TSAN_BUILD_DIR (default build-asan / build-tsan),
 # CTEST_PARALLEL_LEVEL (default 2), SANITIZE_JOBS (build parallelism, default nproc).
@@ -83,7 +81,7 @@ asan_tests=(
     coll_mpi_3 coll_mpi_8 coll_threads_8 p2p_mpi_4 multihost_2x2_auto multihost_2x2_tree env_init
     readme_example_3ranks perf_all_reduce_stream_group netns_transports net_socket boot_flood
     boot_flood_lowfd_rank0 two_jobs_net lifecycle invalid_args uniqueid p2p_group_mixed_threads_3
-    stream_threads_3 coll_zcopy_vote_all_mpi_4
+    stream_threads_3 coll_zcopy_vote_all_mpi_4 shm_segment
 )
 # Device buffers (fake driver: staged, and GPU to GPU over cuda_p2p) exist only in CUDA builds:
 # where nvcc is found.
@@ -101,6 +99,8 @@ tsan_tests=(
     p2p_threads_4 p2p_group_mixed_threads_3 stream_threads_3 coll_threads_3 coll_threads_8
     split_threads_8 lifecycle invalid_args uniqueid net_socket multihost_transports_2x2 boot_flood
     two_jobs_net faults_abort_blocked faults_abort_race faults_abort_idle faults_abort_busy
+    coll_zcopy_oneshot_all_threads_3 coll_zcopy_twoshot_even_threads_3
+    coll_zcopy_vote_all_threads_3 coll_stream_zcopy_oneshot_threads_3
 )
 [ $have_verbs = 1 ] && tsan_tests+=(net_ib softverbs_rc)
 

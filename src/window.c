@@ -63,7 +63,7 @@ static void unmap_all(chorusComm_t comm)
 {
     for (int r = 0; comm->win_base != NULL && r < comm->nranks; r++)
         if (comm->win_base[r] != NULL)
-            munmap(comm->win_base[r], comm->win_map_nbytes);
+            shm_segment_unmap(comm->win_base[r], comm->win_map_nbytes);
     free(comm->win_base);
     comm->win_base = NULL;
     free(comm->win_done_seen);

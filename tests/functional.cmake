@@ -9,6 +9,7 @@
 #                              exec lock and one communicator called from four threads
 #   wait_gate                  the gate of one-host waits: when it yields the core, and that a
 #                              gated wait still sleeps
+#   shm_segment                ranks of one process share one mapping of each shm segment, counted
 #   p2p_group_mixed_threads_3  a group {send, all-reduce, recv} (fails until enqueue.c runs a
 #                              group's sends and receives as one progress loop around collectives)
 #   lifecycle_asan             lifecycle under AddressSanitizer (fails until an aborted call stops
@@ -21,7 +22,7 @@ add_library(chorus_test_harness STATIC support/harness.c)
 target_include_directories(chorus_test_harness PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/support)
 target_link_libraries(chorus_test_harness PUBLIC chorus_internal Threads::Threads)
 
-foreach(t p2p stream invalid split env_init uniqueid lifecycle wait_gate)
+foreach(t p2p stream invalid split env_init uniqueid lifecycle wait_gate shm_segment)
     add_executable(test_${t} test_${t}.c)
     target_link_libraries(test_${t} chorus_test_harness)
 endforeach()
@@ -60,6 +61,8 @@ chorus_add_test(NAME uniqueid COMMAND test_uniqueid TIMEOUT 120 LABELS functiona
 chorus_add_test(NAME lifecycle COMMAND test_lifecycle TIMEOUT 120 LABELS functional)
 
 chorus_add_test(NAME wait_gate COMMAND test_wait_gate TIMEOUT 60 LABELS functional)
+
+chorus_add_test(NAME shm_segment COMMAND test_shm_segment TIMEOUT 60 LABELS functional)
 
 # lifecycle_asan: test_lifecycle compiled together with the library's sources under
 # AddressSanitizer, so a use-after-free between chorusCommAbort and the thread of the call it

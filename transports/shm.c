@@ -175,10 +175,85 @@ static chorusResult_t shm_allocate(int fd, const char *name, size_t nbytes, int 
                nbytes, what, name, whose, peer, strerror(rc), free_nbytes, total_nbytes);
 }
 
+/*
+ * The segments this process created and still maps, by name. A rank of the same process (ranks as
+ * threads) that maps one gets the creator's mapping, counted, instead of a second mapping of the
+ * same pages: each flag and buffer then has one address in the process, as it has for the
+ * chorusMemAlloc memory zero-copy reads in place, and ThreadSanitizer pairs a release on one
+ * rank's thread with the acquire on another's (with two mappings it saw two unrelated words).
+ */
+typedef struct shm_local {
+    struct shm_local *next;
+    char name[96];
+    void *map;
+    size_t nbytes;
+    int refs;
+} shm_local_t;
+
+static pthread_mutex_t shm_local_lock = PTHREAD_MUTEX_INITIALIZER;
+static shm_local_t *shm_local_list;
+
+/* The creator's mapping of name, counted once more; NULL if this process did not create it. */
+static void *shm_local_ref(const char *name, size_t nbytes)
+{
+    void *map = NULL;
+    pthread_mutex_lock(&shm_local_lock);
+    for (shm_local_t *l = shm_local_list; l != NULL && map == NULL; l = l->next)
+        if (l->nbytes == nbytes && strcmp(l->name, name) == 0) {
+            l->refs++;
+            map = l->map;
+        }
+    pthread_mutex_unlock(&shm_local_lock);
+    return map;
+}
+
+/* A segment just created: named here from now on (an older entry of the same name, unlinked
+ * since, keeps its mapping but no longer answers to the name). Without memory, not shared. */
+static void shm_local_add(const char *name, void *map, size_t nbytes)
+{
+    shm_local_t *l = calloc(1, sizeof(*l));
+    if (l == NULL || strlen(name) >= sizeof(l->name)) {
+        free(l);
+        return;
+    }
+    snprintf(l->name, sizeof(l->name), "%s", name);
+    l->map = map;
+    l->nbytes = nbytes;
+    l->refs = 1;
+    pthread_mutex_lock(&shm_local_lock);
+    for (shm_local_t *o = shm_local_list; o != NULL; o = o->next)
+        if (strcmp(o->name, name) == 0)
+            o->name[0] = '\0';
+    l->next = shm_local_list;
+    shm_local_list = l;
+    pthread_mutex_unlock(&shm_local_lock);
+}
+
+int shm_segment_unmap(void *map, size_t nbytes)
+{
+    pthread_mutex_lock(&shm_local_lock);
+    for (shm_local_t **pl = &shm_local_list; *pl != NULL; pl = &(*pl)->next) {
+        shm_local_t *l = *pl;
+        if (l->map != map)
+            continue;
+        if (--l->refs > 0) {
+            pthread_mutex_unlock(&shm_local_lock);
+            return 0;
+        }
+        *pl = l->next;
+        free(l);
+        break;
+    }
+    pthread_mutex_unlock(&shm_local_lock);
+    return munmap(map, nbytes);
+}
+
 chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int peer, int window,
                                void **map_p)
 {
     chorusResult_t res;
+    if (!create && (*map_p = shm_local_ref(name, nbytes)) != NULL)
+        return chorusSuccess;
     int fd = shm_open(name, create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
     if (fd < 0)
         return ERR(chorusSystemError, SUB_SHM,
@@ -204,6 +279,7 @@ chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int 
     if (create) {
         /* Touch the pages now (allocated and zero): no page faults in the first collective. */
         memset(map, 0, nbytes);
+        shm_local_add(name, map, nbytes);
     }
     *map_p = map;
     return chorusSuccess;
@@ -275,7 +351,7 @@ void shm_res_release(transport_res_t *res)
 {
     if (res->map != NULL && !res->unlinked && shm_unlink(res->name) != 0 && errno != ENOENT)
         WARN(SUB_SHM, "shm_unlink(%s) failed: %s", res->name, strerror(errno));
-    if (res->map != NULL && munmap(res->map, res->map_nbytes) != 0)
+    if (res->map != NULL && shm_segment_unmap(res->map, res->map_nbytes) != 0)
         WARN(SUB_SHM, "munmap of %s failed: %s", res->name, strerror(errno));
     res->map = NULL;
 }

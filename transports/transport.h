@@ -116,6 +116,9 @@ void shm_res_unlink(transport_res_t *res);
 void shm_res_release(transport_res_t *res);
 chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int peer, int window,
                                void **map_p);
+/* Undo one shm_segment_map: a segment this process created and another of its ranks still maps
+ * stays mapped (one mapping per process, counted). munmap's result. */
+int shm_segment_unmap(void *map, size_t nbytes);
 
 /* The communicator is about to run operations / has finished them: the net transport's proxy
  * thread works between the two and sleeps otherwise. Cheap no-ops without net connections. */
