@@ -81,15 +81,17 @@ chorusResult_t tree_reduce_program(const channel_work_t *w);
 
 /* Direct algorithms (direct.c) over node-local windows: rank r's window, mapped by every local
  * rank at base[r], is a header of sequence flags then two buffers of buf_nbytes. */
-#define DIRECT_HDR_NBYTES 20480
+#define DIRECT_HDR_NBYTES 73728 /* a multiple of the page */
 #define DIRECT_MAX_RANKS 256
-/* Small pieces go as LL words (direct.c): 64 slots of 32 words, 4 data bytes each. Up to 128
+/* Small pieces go as LL words (direct.c): 256 slots of 32 words, 4 data bytes each. Up to 128
  * bytes (all-reduce, all-gather and reduce-scatter: tagged lines instead, below) LL beat a flag
  * then the data (2 ranks, 64 B all-reduce: 0.57 us against 0.68-0.71); from 256 bytes the doubled
  * lines cost more than the serial read saves (1.0 us against 0.7). A rank that only writes
- * (broadcast root) runs up to 64 pieces ahead: 4 ranks on 2 cores, 8 B broadcast, 0.4-0.6 us
- * against 2.0 with 8 slots. */
-#define DIRECT_LL_SLOTS 64
+ * (broadcast root, reduce non-roots) runs up to 256 pieces ahead, so where ranks outnumber cores
+ * a process switch (about 5 us here) is paid once per that many calls: 4 ranks on 2 cores, 8 B
+ * broadcast, 0.28-0.29 us against 0.45-0.47 with 64 slots (0.30-0.35 with 128) and 2.0 with 8;
+ * 8 B reduce 0.31-0.36 against 0.55-0.59. 2 ranks: no change. */
+#define DIRECT_LL_SLOTS 256
 #define DIRECT_LL_WORDS 32
 #define DIRECT_LL_NBYTES (DIRECT_LL_WORDS * 4)
 /* Tagged lines (direct_win.c): a piece of up to DIRECT_LINES_NBYTES as 64-byte lines, each the
