@@ -1,13 +1,14 @@
 /*
- * sched_model [NPROC] [ROUNDS] [PIN]: a bare model of a small all-reduce's schedule when ranks
- * outnumber cores, with no library and no data (perftests/README.md, "4 ranks on 2 cores").
+ * sched_model [NPROC] [ROUNDS] [PIN] [RULE]: a bare model of a small all-reduce's schedule when
+ * ranks outnumber cores, with no library and no data (perftests/README.md, "4 ranks on 2 cores").
  * NPROC processes (default 4) each, per round, post the round number in their own cache line and
  * wait until every other has posted it. A waiter yields its CPU only when a process last seen on
  * that CPU can move on (it is not waiting, or what it waits for has come), else it spins: the
- * rule Chorus' direct waits follow (algorithms/direct_win.c, the gate). PIN 1 pins process i to
- * CPU i % ncpus; 0 (default) leaves placement to the scheduler. Prints, per process, the time per
- * round and the user and system time and scheduler switches (voluntary + involuntary) per round.
- * Plain C, no Chorus and no MPI.
+ * rule Chorus' direct waits follow (algorithms/direct_win.c, the gate). RULE 1 also spins where
+ * that process waits for this round or a later one (moving on, it would only wait beside this
+ * one). PIN 1 pins process i to CPU i % ncpus; 0 (default) leaves placement to the scheduler.
+ * Prints, per process, the time per round and the user and system time and scheduler switches
+ * (voluntary + involuntary) per round. Plain C, no Chorus and no MPI.
  */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -22,6 +23,8 @@
 #include "probe.h"
 
 #define MAX_PROC 64
+
+static int rule; /* RULE: 0 or 1 */
 
 typedef struct {
     _Alignas(64) long posted; /* the last round this process posted */
@@ -42,6 +45,8 @@ static int yield_useful(slot_t *s, int n, int me)
             continue;
         if (!__atomic_load_n(&s[q].waiting, __ATOMIC_ACQUIRE))
             return 1;
+        if (rule == 1 && __atomic_load_n(&s[q].round, __ATOMIC_RELAXED) >= s[me].round)
+            continue;
         int w = __atomic_load_n(&s[q].waited_for, __ATOMIC_RELAXED);
         if (__atomic_load_n(&s[w].posted, __ATOMIC_ACQUIRE) >=
             __atomic_load_n(&s[q].round, __ATOMIC_RELAXED))
@@ -77,8 +82,10 @@ int main(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : 4;
     long rounds = argc > 2 ? atol(argv[2]) : 100000;
     int pin = argc > 3 ? atoi(argv[3]) : 0;
-    if (n < 2 || n > MAX_PROC || rounds <= 0) {
-        fprintf(stderr, "sched_model: NPROC must be 2-%d and ROUNDS positive\n", MAX_PROC);
+    rule = argc > 4 ? atoi(argv[4]) : 0;
+    if (n < 2 || n > MAX_PROC || rounds <= 0 || rule < 0 || rule > 1) {
+        fprintf(stderr, "sched_model: NPROC must be 2-%d, ROUNDS positive, RULE 0 or 1\n",
+                MAX_PROC);
         return 2;
     }
     slot_t *s = mmap(NULL, sizeof(slot_t) * MAX_PROC, PROT_READ | PROT_WRITE,
