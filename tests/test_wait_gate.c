@@ -4,8 +4,9 @@
  *
  * 1. Decisions, on window headers made here (4 ranks, this thread pinned to one CPU, as rank 0):
  *    no other rank seen on this CPU: spin; a rank seen here and not parked (runnable): yield; a
- *    rank parked here whose awaited flag has not come: spin, and once it has: yield; the same
- *    rank on another CPU: spin; a torn record (a flag offset that is no flag): yield. park
+ *    rank parked here whose awaited flag has not come: spin, and once it has: yield, unless it
+ *    waits as far on as this rank or further (the same piece's flags, or a later kind: spin);
+ *    the same rank on another CPU: spin; a torn record (a flag offset that is no flag): yield. park
  *    publishes this rank's CPU and what it waits on; unpark clears parked.
  * 2. A gated wait that lasts: two thread ranks, rank 1 joins an 8-byte all-reduce 300 ms late;
  *    rank 0's result is right, and its thread used under 60 ms of CPU meanwhile (it spins and
@@ -79,7 +80,10 @@ static void decisions(void)
     o->parked = 0;
     CHECK(useful(g.gate.arg) == 1, "rank 2 is runnable on this CPU, yet the gate spins");
 
-    /* Rank 2 waits for rank 1's ready flag of piece 5. */
+    /* This rank waits for rank 3's ready flag of piece 6; rank 2 for rank 1's of piece 5. */
+    g.rank = 3;
+    g.off = (uint32_t)(offsetof(direct_hdr_t, ready) + offsetof(fifo_flag_t, value));
+    g.s = 6;
     o->rank = 1;
     o->off = (uint32_t)(offsetof(direct_hdr_t, ready) + sizeof(fifo_flag_t) +
                         offsetof(fifo_flag_t, value));
@@ -90,6 +94,26 @@ static void decisions(void)
           "rank 2 waits for a flag that has not come, yet the gate yields");
     hdr_of(base, 1)->ready[1].value = 5;
     CHECK(useful(g.gate.arg) == 1, "rank 2's flag has come, yet the gate spins");
+    /* Rank 2 as far on as this rank (piece 6's ready flags) or further (piece 6's done flags):
+     * moving on, it would only wait beside this one. Behind (piece 6's ready flag while this rank
+     * waits for a done flag of piece 6): it may yet publish what this rank waits for. */
+    uint32_t ready1 = o->off;
+    o->s = 6;
+    o->off = (uint32_t)(offsetof(direct_hdr_t, ready) + offsetof(fifo_flag_t, value));
+    hdr_of(base, 1)->ready[0].value = 6;
+    CHECK(useful(g.gate.arg) == 0, "rank 2 waits for piece 6's ready flags as this rank does, yet "
+                                   "the gate yields");
+    o->off = (uint32_t)(offsetof(direct_hdr_t, done) + offsetof(fifo_flag_t, value));
+    hdr_of(base, 1)->done.value = 6;
+    CHECK(useful(g.gate.arg) == 0,
+          "rank 2 waits for piece 6's done flags, further on, yet the gate yields");
+    g.off = (uint32_t)(offsetof(direct_hdr_t, done) + offsetof(fifo_flag_t, value));
+    o->off = (uint32_t)(offsetof(direct_hdr_t, ready) + offsetof(fifo_flag_t, value));
+    CHECK(useful(g.gate.arg) == 1, "rank 2 waits for piece 6's ready flag, behind this rank's done "
+                                   "flag of piece 6, and it has come, yet the gate spins");
+    g.off = (uint32_t)(offsetof(direct_hdr_t, ready) + offsetof(fifo_flag_t, value));
+    o->s = 5;
+    o->off = ready1;
     o->cpu = cpu + 1;
     CHECK(useful(g.gate.arg) == 0, "rank 2 is on another CPU, yet the gate yields");
     o->cpu = cpu;
@@ -119,8 +143,9 @@ static void decisions(void)
     for (int c = 0; c < CPU_SETSIZE; c++)
         CPU_SET(c, &all);
     sched_setaffinity(0, sizeof(all), &all);
-    harness_report(before, "the gate yields only to a rank on this CPU that is runnable or whose "
-                           "flag has come (or when it cannot tell); park/unpark publish the wait");
+    harness_report(before, "the gate yields only to a rank on this CPU that is runnable, or behind "
+                           "this one and whose flag has come (or when it cannot tell); park/unpark "
+                           "publish the wait");
 }
 
 typedef struct late {
