@@ -37,7 +37,7 @@
 typedef struct window_card {
     char name[WINDOW_NAME_BYTES];
     int32_t probe_fd; /* a memfd of this process; -1: zero-copy off on this rank */
-    int32_t reserved;
+    uint32_t pages; /* the window's size in 4 KiB pages (CHORUS_DIRECT_BUFFSIZE may differ) */
 } window_card_t;
 
 struct zc_map {
@@ -169,12 +169,18 @@ static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p)
 
 /* The windows could not be made on some rank: every rank stops using the direct algorithms on
  * this communicator (they all learn it in the same exchange, so the tuner stays agreed). */
-static void disable(chorusComm_t comm, const char *why)
+/* why: this rank's reason, if it saw one; differ: the ranks' windows differ in size. */
+static void disable(chorusComm_t comm, const char *why, int differ)
 {
     unmap_all(comm);
     comm->tuner.topo.direct = 0;
     memset(comm->tune_cache, 0, sizeof(comm->tune_cache));
-    if (comm->rank == 0)
+    if (comm->rank == 0 && differ)
+        WARN(SUB_INIT,
+             "direct algorithms off on this communicator: %s; one-shot and two-shot calls run the "
+             "ring instead",
+             why);
+    else if (comm->rank == 0)
         WARN(SUB_INIT,
              "direct algorithms off on this communicator: a rank could not make or map its "
              "node-local window (2 x %lld bytes, CHORUS_DIRECT_BUFFSIZE)%s%s; one-shot and "
@@ -196,7 +202,7 @@ HOT_PATH chorusResult_t window_connect(chorusComm_t comm)
 static chorusResult_t window_map(chorusComm_t comm)
 {
     chorusResult_t res = chorusSuccess;
-    int n = comm->nranks, me = comm->rank, all = 0;
+    int n = comm->nranks, me = comm->rank, all = 0, differ = 0;
     size_t bufsz = ((size_t)comm->params.direct_buffsize + 4095) & ~(size_t)4095;
     size_t map_nbytes = DIRECT_HDR_NBYTES + 2 * bufsz;
     char name[WINDOW_NAME_BYTES], why[768] = "";
@@ -219,6 +225,7 @@ static chorusResult_t window_map(chorusComm_t comm)
     comm->win_base[me] = made ? mine : NULL;
     if (made)
         memcpy(cards[me].name, name, WINDOW_NAME_BYTES);
+    cards[me].pages = (uint32_t)(map_nbytes / 4096);
     int probe = comm->params.zcopy ? memfd_create("chorus-probe", MFD_CLOEXEC) : -1;
     cards[me].probe_fd = probe;
     CHECK_GOTO(boot_allgather(comm->boot, cards, sizeof(window_card_t)), res, out);
@@ -244,6 +251,16 @@ static chorusResult_t window_map(chorusComm_t comm)
         }
         if (peer_name[0] == '\0' || !mapped)
             continue;
+        if (cards[r].pages != cards[me].pages) {
+            /* Mapped at this rank's size, a smaller window's end would be a SIGBUS. */
+            snprintf(why, sizeof(why),
+                     "rank %d's window is %llu bytes where rank %d's is %zu: the ranks run with "
+                     "different CHORUS_DIRECT_BUFFSIZE (set it alike on every rank)",
+                     r, (unsigned long long)cards[r].pages * 4096, me, map_nbytes);
+            mapped = 0;
+            differ = 1;
+            continue;
+        }
         void *map = NULL;
         if (shm_segment_map(peer_name, map_nbytes, 0, r, 1, &map) != chorusSuccess) {
             if (why[0] == '\0')
@@ -284,7 +301,7 @@ out:
         return res;
     }
     if (!(all & 1)) {
-        disable(comm, why);
+        disable(comm, why, differ);
         return chorusSuccess;
     }
     comm->win_done_seen = calloc((size_t)n, sizeof(uint64_t));

@@ -58,6 +58,13 @@ foreach(algo oneshot twoshot)
   endif()
 endforeach()
 
+# Two ranks with different CHORUS_DIRECT_BUFFSIZE: a warning and the ring, not a SIGBUS.
+if(MPI_C_FOUND)
+  chorus_add_test(NAME coll_window_mismatch_mpi_2 TIMEOUT 300
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/window_mismatch.sh ${MPIEXEC_EXECUTABLE}
+            $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,1031)
+endif()
+
 # Zero-copy (direct.c: chorusMemAlloc inputs read in place by the peers) forced with CHORUS_ALGO,
 # 64 KiB window buffers so 140000 elements cross many pieces (zero-copy from 512 KiB: the types
 # of 4 bytes and more); buffers from chorusMemAlloc on every rank (all) or on even ranks only
