@@ -43,6 +43,12 @@ static void one_process(void)
     CHECK_OK(shm_segment_map(other, NB, 1, 1, 1, &e));
     if (a == NULL || e == NULL) {
         FAIL("no segments to test");
+        if (a != NULL)
+            shm_segment_unmap(a, NB);
+        if (e != NULL)
+            shm_segment_unmap(e, NB);
+        shm_unlink(name);
+        shm_unlink(other);
         return;
     }
     memset(a, 0x5a, NB);

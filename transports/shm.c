@@ -192,6 +192,23 @@ typedef struct shm_local {
 
 static pthread_mutex_t shm_local_lock = PTHREAD_MUTEX_INITIALIZER;
 static shm_local_t *shm_local_list;
+static pthread_once_t shm_local_once = PTHREAD_ONCE_INIT;
+
+/* A fork while another thread holds the lock leaves the child's copy locked: hold it across. */
+static void shm_local_lock_take(void)
+{
+    pthread_mutex_lock(&shm_local_lock);
+}
+
+static void shm_local_lock_drop(void)
+{
+    pthread_mutex_unlock(&shm_local_lock);
+}
+
+static void shm_local_atfork(void)
+{
+    pthread_atfork(shm_local_lock_take, shm_local_lock_drop, shm_local_lock_drop);
+}
 
 /* The creator's mapping of name, counted once more; NULL if this process did not create it. */
 static void *shm_local_ref(const char *name, size_t nbytes)
@@ -199,7 +216,7 @@ static void *shm_local_ref(const char *name, size_t nbytes)
     void *map = NULL;
     pthread_mutex_lock(&shm_local_lock);
     for (shm_local_t *l = shm_local_list; l != NULL && map == NULL; l = l->next)
-        if (l->nbytes == nbytes && strcmp(l->name, name) == 0) {
+        if (l->name[0] != '\0' && l->nbytes == nbytes && strcmp(l->name, name) == 0) {
             l->refs++;
             map = l->map;
         }
@@ -216,6 +233,7 @@ static void shm_local_add(const char *name, void *map, size_t nbytes)
         free(l);
         return;
     }
+    pthread_once(&shm_local_once, shm_local_atfork);
     snprintf(l->name, sizeof(l->name), "%s", name);
     l->map = map;
     l->nbytes = nbytes;
