@@ -89,8 +89,9 @@ chorusResult_t tree_reduce_program(const channel_work_t *w);
  * lines cost more than the serial read saves (1.0 us against 0.7). A rank that only writes
  * (broadcast root, reduce non-roots) runs up to 256 pieces ahead, so where ranks outnumber cores
  * a process switch (about 5 us here) is paid once per that many calls: 4 ranks on 2 cores, 8 B
- * broadcast, 0.28-0.29 us against 0.45-0.47 with 64 slots (0.30-0.35 with 128) and 2.0 with 8;
- * 8 B reduce 0.31-0.36 against 0.55-0.59. 2 ranks: no change. */
+ * broadcast, 0.28-0.29 us against 0.45-0.72 with 64 slots (0.30-0.35 with 128) and 2.0 with 8;
+ * 8 B reduce 0.31-0.36 against 0.55-0.59 (then 0.20-0.31 and 0.23-0.25 with the gate's stage
+ * rule, direct_win.c). 2 ranks: no change. */
 #define DIRECT_LL_SLOTS 256
 #define DIRECT_LL_WORDS 32
 #define DIRECT_LL_NBYTES (DIRECT_LL_WORDS * 4)

@@ -501,10 +501,9 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
         case COLL_BROADCAST:
             /* Up to DIRECT_LL_NBYTES the root writes LL words and runs up to DIRECT_LL_SLOTS
              * pieces ahead (64 then: 2 ranks, 8-128 B, 0.13-0.16 us against the chain's
-             * 0.47-0.56; 6c26334). Above,
-             * the root waits for every rank's done flag of two pieces back where the chain's
-             * root only waits for a free FIFO slot: 8 B-4 KiB then took 0.5-0.7 us against the
-             * chain's 0.2-0.3 us. */
+             * 0.47-0.56; 6c26334). Above, the root waits for every rank's done flag of two
+             * pieces back where the chain's root only waits for a free FIFO slot: 8 B-4 KiB then
+             * took 0.5-0.7 us against the chain's 0.2-0.3 us. */
             rounds = nb <= DIRECT_LL_NBYTES ? 0.5 : 2.0;
             dpasses = 2.0 * nb;
             break;

@@ -167,9 +167,9 @@ static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p)
     return res;
 }
 
-/* The windows could not be made on some rank: every rank stops using the direct algorithms on
- * this communicator (they all learn it in the same exchange, so the tuner stays agreed). */
-/* why: this rank's reason, if it saw one; differ: the ranks' windows differ in size. */
+/* The windows could not be made on some rank, or differ in size (differ): every rank stops
+ * using the direct algorithms on this communicator (they all learn it in the same exchange, so
+ * the tuner stays agreed). why: this rank's reason, if it saw one. */
 static void disable(chorusComm_t comm, const char *why, int differ)
 {
     unmap_all(comm);
