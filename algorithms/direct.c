@@ -369,11 +369,13 @@ chorusResult_t direct_zc_vote(prims_t *p, const direct_view_t *v, const coll_arg
 {
     mem_ref_t zref, oref;
     size_t nbytes = a->count * p->esize;
-    int mine = a->kind == COLL_ALLREDUCE   ? expose_both(v, a, nbytes, &zref, &oref)
-               : a->kind == COLL_BROADCAST ? v->rank != a->root || root_exposes(v, a, nbytes, &zref)
+    if (a->kind == COLL_BROADCAST) /* only the root's input matters: the root decides */
+        return direct_vote(p, v, a->root, v->rank == a->root && root_exposes(v, a, nbytes, &zref),
+                           won_p);
+    int mine = a->kind == COLL_ALLREDUCE       ? expose_both(v, a, nbytes, &zref, &oref)
                : a->kind == COLL_REDUCESCATTER ? rs_exposes(v, a, p->esize, &zref)
                                                : 0;
-    return direct_vote(p, v, mine, won_p);
+    return direct_vote(p, v, -1, mine, won_p);
 }
 
 chorusResult_t direct_allreduce_zc(prims_t *p, const direct_view_t *v, const coll_args_t *a)

@@ -450,21 +450,32 @@ HOT_PATH chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t 
     return chorusSuccess;
 }
 
-/* direct_zc_vote's flag round: one piece whose ready flags carry each rank's answer. */
-chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int mine, int *all_p)
+/* direct_zc_vote's flag round: one piece whose ready flags carry the answers, of every rank, or
+ * of rank `decides` alone (>= 0: the others only read its answer, and it waits for nobody, so
+ * back-to-back broadcasts still overlap as the chain lets them). */
+chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int decides, int mine, int *all_p)
 {
     uint64_t s;
     CHECK(direct_piece_begin(p, v, &s, 2));
-    fifo_flag_t *f = &hdr(v, v->rank)->ready[s & 1];
     int32_t yes = mine != 0;
-    memset(f->payload, 0, sizeof(f->payload));
-    memcpy(f->payload, &yes, sizeof(yes));
-    fifo_set_flag(f, s);
-    CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag (zero-copy vote)"));
-    int all = 1;
-    for (int r = 0; r < v->nranks; r++) {
-        memcpy(&yes, hdr(v, r)->ready[s & 1].payload, sizeof(yes));
-        all &= yes != 0;
+    if (decides < 0 || decides == v->rank) {
+        fifo_flag_t *f = &hdr(v, v->rank)->ready[s & 1];
+        memset(f->payload, 0, sizeof(f->payload));
+        memcpy(f->payload, &yes, sizeof(yes));
+        fifo_set_flag(f, s);
+    }
+    int all = yes;
+    if (decides < 0) {
+        CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag (zero-copy vote)"));
+        for (int r = 0; r < v->nranks; r++) {
+            memcpy(&yes, hdr(v, r)->ready[s & 1].payload, sizeof(yes));
+            all &= yes != 0;
+        }
+    } else if (decides != v->rank) {
+        CHECK(direct_wait_flag(p, v, decides, OFF_READY(s), s,
+                               "direct window ready flag (zero-copy vote)"));
+        memcpy(&yes, hdr(v, decides)->ready[s & 1].payload, sizeof(yes));
+        all = yes != 0;
     }
     direct_piece_done(v, s, 0);
     *all_p = all;

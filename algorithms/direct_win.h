@@ -92,8 +92,9 @@ void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const 
  * memory read in place (this rank's: mine, when it exposed it). */
 chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
                                size_t nbytes, char **src);
-/* Every rank's answer (mine: this rank's) in one flag round; *all_p 1 when all said yes. */
-chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int mine, int *all_p);
+/* Every rank's answer (mine: this rank's) in one flag round, or rank decides' alone (decides >=
+ * 0: the others wait only for its flag); *all_p 1 when all said yes (or it did). */
+chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int decides, int mine, int *all_p);
 /* Zero-copy, at the end of a call: peers read this rank's memory until their done flags reach
  * s, the call's last piece; the caller may change it once this returns. */
 chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s);
