@@ -75,8 +75,9 @@ struct chorusComm {
     int64_t zc_allreduce_min; /* all-reduces this big vote for two-shot zero-copy (enqueue.c):
                                * CHORUS_ZCOPY_ALLREDUCE_MIN; 0 (never) when the machine's ranks
                                * outnumber its cores, unless set (every rank decides alike) */
-    int64_t zc_broadcast_min; /* the same for broadcast: CHORUS_ZCOPY_BROADCAST_MIN */
-    int64_t zc_reducescatter_min; /* and reduce-scatter (output bytes) */
+    int64_t zc_broadcast_min; /* broadcasts this big vote (the root decides) for direct
+                               * zero-copy: CHORUS_ZCOPY_BROADCAST_MIN, as set everywhere */
+    int64_t zc_reducescatter_min; /* and reduce-scatters, output bytes (every rank votes) */
     tuner_t tuner;
     struct {
         size_t nbytes; /* the last call's size per collective, and the tuner's choice for it */

@@ -202,7 +202,6 @@ out:
     return res;
 }
 
-/* The tuner sees ranks, hosts and the slowest link the net plugin reports. */
 /* A setting where the machine's ranks outnumber its cores (over): over_value, unless the
  * variable name is set (then as set). */
 static int64_t unless_set(const char *name, int64_t value, int over, int64_t over_value)
@@ -211,6 +210,7 @@ static int64_t unless_set(const char *name, int64_t value, int over, int64_t ove
     return over && (set == NULL || set[0] == '\0') ? over_value : value;
 }
 
+/* The tuner sees ranks, hosts and the slowest link the net plugin reports. */
 static chorusResult_t setup_tuner(chorusComm_t comm)
 {
     tune_topo_t t = {.nranks = comm->nranks,
