@@ -229,6 +229,13 @@ static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
                        nt > 0 && out_nbytes(comm, a) >= (uint64_t)nt && !in_place(comm, a)};
 }
 
+/* fill_prims for the direct algorithms, whose waits have a gate (comm->direct_spin). */
+static void fill_direct_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
+{
+    fill_prims(comm, a, p);
+    p->wait.spin = comm->direct_spin;
+}
+
 static conn_req_t tree_req(conn_dir_t dir, int peer, int tag, size_t slot, comm_conn_t *cc)
 {
     return (conn_req_t){.dir = dir, .peer = peer, .tag = tag, .slot_nbytes = slot, .cc = cc};
@@ -336,7 +343,7 @@ HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
               a->count * esize, algo_name(choice.algo), choice.predicted_us);
         CHECK(window_connect(comm));
         prims_t p;
-        fill_prims(comm, a, &p);
+        fill_direct_prims(comm, a, &p);
         return direct_program(&p, &comm->win_view, a, choice.algo == ALGO_TWOSHOT);
     }
     int64_t zc_min = a->kind == COLL_ALLREDUCE       ? comm->zc_allreduce_min
@@ -364,7 +371,7 @@ static __attribute__((noinline)) chorusResult_t run_zc_vote(chorusComm_t comm, c
     if (comm->tuner.topo.direct && comm->win_view.zc_find != NULL) {
         prims_t p;
         int won = 0;
-        fill_prims(comm, a, &p);
+        fill_direct_prims(comm, a, &p);
         CHECK(direct_zc_vote(&p, &comm->win_view, a, &won));
         TRACE(SUB_TUNING, "%s of %zu bytes: zero-copy vote %s", coll_name(a->kind),
               a->count * p.esize, won ? "won: direct, in place" : "lost: the tuner's choice");

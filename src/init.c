@@ -298,7 +298,10 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     t.direct = (int)mine[3];
     free(all);
     /* Where the machine's ranks outnumber its cores, unless the variable is set: waits yield
-     * almost at once; no streaming stores (4 ranks, 2 cores, 64 MiB broadcast: 18.6-19.8 ms
+     * almost at once, and the direct algorithms' waits ask their gate from the first poll (a
+     * rank they wait for is then often one not running: on this CPU, or parked on the other;
+     * 4 ranks on 2 cores, 8 B all-reduce 6.2-6.7 us against 6.7-7.1 with 16 polls of 18 ns
+     * first); no streaming stores (4 ranks, 2 cores, 64 MiB broadcast: 18.6-19.8 ms
      * against 11.7-12.9); no all-reduce zero-copy vote (16-64 MiB: 0.90-1.42x of the ring, run
      * to run). The broadcast and reduce-scatter votes stay on: 4 ranks on 2 cores, out of place,
      * broadcast 1-4 MiB 68-251 us against 87-474, reduce-scatter 16 MiB 1376-1496 against
@@ -306,6 +309,7 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     int over = t.host_cores > 0 && comm->machine_ranks > t.host_cores;
     const params_t *pa = &comm->params;
     comm->spin = unless_set("CHORUS_SPIN", pa->spin, over, pa->spin > 16 ? 16 : pa->spin);
+    comm->direct_spin = unless_set("CHORUS_SPIN", pa->spin, over, 0);
     comm->nt_min = unless_set("CHORUS_NT_MIN_BYTES", pa->nt_min_bytes, over, 0);
     comm->zc_allreduce_min =
         unless_set("CHORUS_ZCOPY_ALLREDUCE_MIN", pa->zcopy_allreduce_min, over, 0);

@@ -49,7 +49,8 @@ static const param_def_t param_table[] = {
      "bytes of one send/recv FIFO"},
     {"CHORUS_STEPS", PT_INT, "8", 2, 64, OFF(steps), "slots per FIFO"},
     {"CHORUS_SPIN", PT_INT, "2000", 0, BIG, OFF(spin),
-     "polls of a FIFO counter before the waiter sleeps on a futex"},
+     "polls of a FIFO counter before the waiter sleeps on a futex; where ranks outnumber cores "
+     "at most 16 (then it yields), and none for the direct algorithms' waits, unless set"},
     {"CHORUS_WAIT_GATE", PT_INT, "1", 0, 1, OFF(wait_gate),
      "1: a one-host wait spins on where yielding would run no rank able to move on; 0: yields"},
     {"CHORUS_DIRECT_BUFFSIZE", PT_BYTES, "512K", 4096, 1 << 30, OFF(direct_buffsize),
