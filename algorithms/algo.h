@@ -182,6 +182,8 @@ typedef struct direct_view {
     size_t zc_min_nbytes;
     uint64_t *zc_reads; /* pieces of peers' inputs this rank has read in place (tests look) */
     direct_gate_t *gate; /* NULL: waits yield whenever their spin is over */
+    size_t stream_win_nbytes; /* all-gather pieces from this size go into the window with
+                               * streaming stores; 0: never */
 } direct_view_t;
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,

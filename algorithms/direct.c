@@ -259,7 +259,12 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
             direct_piece_done(v, s, 0);
             continue;
         }
-        direct_publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
+        if (!zc && v->stream_win_nbytes != 0 && len * es >= v->stream_win_nbytes) {
+            p->ops->copy_out(buf(v, me, s), in + off * es, len * es);
+            direct_publish_ready(v, s, NULL, off * es);
+        } else {
+            direct_publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
+        }
         for (int k = 0; k < n; k++) {
             int r = (me + k) % n;
             char *src = NULL;

@@ -71,6 +71,7 @@ struct chorusComm {
                    * outnumber its cores (a spinning waiter holds the core its peer needs) */
     int64_t direct_spin; /* the same for the direct algorithms' waits: none where ranks outnumber
                           * cores (their gate decides from the first poll), unless set */
+    int over; /* the machine's ranks outnumber its cores */
     int64_t nt_min; /* out-of-place outputs of this many bytes get streaming stores (prims_t's
                      * stream_out): CHORUS_NT_MIN_BYTES; 0 (never) when the machine's ranks
                      * outnumber its cores, unless set */

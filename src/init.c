@@ -307,6 +307,7 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
      * broadcast 1-4 MiB 68-251 us against 87-474, reduce-scatter 16 MiB 1376-1496 against
      * 2475-2731 (perftests/README.md). */
     int over = t.host_cores > 0 && comm->machine_ranks > t.host_cores;
+    comm->over = over;
     const params_t *pa = &comm->params;
     comm->spin = unless_set("CHORUS_SPIN", pa->spin, over, pa->spin > 16 ? 16 : pa->spin);
     comm->direct_spin = unless_set("CHORUS_SPIN", pa->spin, over, 0);
