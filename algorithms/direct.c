@@ -18,7 +18,8 @@
  * One-shot costs one flag round and n reads per rank (small pieces); two-shot two rounds and
  * about 2 reads per rank (medium pieces). The other collectives are one round each: broadcast
  * (the root's window read by all), reduce (every window read by the root), all-gather (every
- * window read by all), reduce-scatter (part i of every window reduced by rank i).
+ * window read by all the others; a rank's own part comes from its input), reduce-scatter (part i
+ * of every window reduced by rank i).
  *
  * Zero-copy: where a rank's input lies in chorusMemAlloc memory (a memfd every local rank can
  * map) and the call does not overwrite it, the rank publishes where it is (mem_ref_t, in the
