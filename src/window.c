@@ -36,9 +36,10 @@
  * outnumber cores (then a reader often shares the writer's core and caches). A peer then reads
  * them from memory rather than from the writer's cache, and the writer takes no line back from
  * the readers first: 2 ranks, out of place, 1 MiB 37-41 us against 40-46, 4 MiB 142-151 against
- * 154-160, 16 MiB 862-945 against 885-977 (three rounds); 4 ranks on 2 cores mixed. Below
- * 256 KiB not measured ahead. */
-#define STREAM_WIN_NBYTES (256 * 1024)
+ * 154-160, 16 MiB 862-945 against 885-977 (three rounds); 128 KiB 4.9-5.0 against 5.3-5.5
+ * (64 KiB pieces), 256 KiB 8.6-9.3 against 10.3-10.6; 64 KiB (32 KiB pieces streamed) even.
+ * 4 ranks on 2 cores mixed. */
+#define STREAM_WIN_NBYTES (64 * 1024)
 
 /* What each rank tells the others: its window's name and its zero-copy probe. */
 typedef struct window_card {
