@@ -302,7 +302,8 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
      * rank they wait for is then often one not running: on this CPU, or parked on the other;
      * 4 ranks on 2 cores, 8 B all-reduce 6.2-6.7 us against 6.7-7.1 with 16 polls of 18 ns
      * first); no streaming stores (4 ranks, 2 cores, 64 MiB broadcast: 18.6-19.8 ms
-     * against 11.7-12.9); no all-reduce zero-copy vote (16-64 MiB: 0.90-1.42x of the ring, run
+     * against 11.7-12.9), nor all-gather's streamed window pieces (comm->over, window.c); no
+     * all-reduce zero-copy vote (16-64 MiB: 0.90-1.42x of the ring, run
      * to run). The broadcast and reduce-scatter votes stay on: 4 ranks on 2 cores, out of place,
      * broadcast 1-4 MiB 68-251 us against 87-474, reduce-scatter 16 MiB 1376-1496 against
      * 2475-2731 (perftests/README.md). */
