@@ -95,6 +95,28 @@ chorusResult_t tree_reduce_program(const channel_work_t *w);
 #define DIRECT_LL_SLOTS 256
 #define DIRECT_LL_WORDS 32
 #define DIRECT_LL_NBYTES (DIRECT_LL_WORDS * 4)
+/*
+ * Slotted pieces (direct.c): a broadcast or reduce call of one piece above DIRECT_LL_NBYTES, up
+ * to a quarter of the two buffers, cuts the buffers into slots of DIRECT_SLOT_MIN_NBYTES or the
+ * piece's size rounded up to a power of two, and piece s uses slot s % (their count, at most
+ * DIRECT_LL_SLOTS). The ranks that only write (broadcast root, reduce non-roots) then run up to
+ * that many pieces ahead of the slowest reader, as with LL words, where two buffers let them run
+ * one: where ranks outnumber cores a process switch (about 5 us here) is paid once per that
+ * many calls, not once a call. A slotted piece's ready flag carries no payload (nothing is read
+ * in place).
+ */
+#define DIRECT_SLOT_MIN_NBYTES 4096
+#define DIRECT_SLOT_MIN_COUNT 4
+/* The slot size of such a call of nbytes with buffers of buf_nbytes; 0: not slotted. */
+static inline size_t direct_slot_size(size_t nbytes, size_t buf_nbytes)
+{
+    if (nbytes <= DIRECT_LL_NBYTES || nbytes > buf_nbytes)
+        return 0;
+    size_t slot = DIRECT_SLOT_MIN_NBYTES;
+    while (slot < nbytes)
+        slot *= 2;
+    return 2 * buf_nbytes / slot >= DIRECT_SLOT_MIN_COUNT ? slot : 0;
+}
 /* Tagged lines (direct_win.c): a piece of up to DIRECT_LINES_NBYTES as 64-byte lines, each the
  * piece number then 56 data bytes, so a reader has the data when it sees the numbers (one
  * transfer between cores, not a flag's then the data's) at 7/8 of the bytes LL words cost. */
@@ -184,6 +206,9 @@ typedef struct direct_view {
     direct_gate_t *gate; /* NULL: waits yield whenever their spin is over */
     size_t stream_win_nbytes; /* all-gather pieces from this size go into the window with
                                * streaming stores; 0: never */
+    size_t *win_slot; /* how the last piece that used the buffers cut them: its slot's size
+                       * (slotted pieces, above; the buffer size where not slotted);
+                       * 0: none yet */
 } direct_view_t;
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,

@@ -125,8 +125,9 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        CHECK(direct_piece_begin(p, v, &s, 2));
-        if (!twoshot && len * es <= LINES_MAX_NBYTES) {
+        int lines = !twoshot && len * es <= LINES_MAX_NBYTES;
+        CHECK(direct_piece_begin(p, v, &s, 2, lines ? 0 : v->buf_nbytes));
+        if (lines) {
             direct_lines_write(v, s, in + off * es, len * es);
             CHECK(direct_lines_reduce_all(p, v, s, 0, (char *)a->recvbuff + off * es, len));
             direct_piece_done(v, s, 0);
@@ -147,6 +148,29 @@ static int root_exposes(const direct_view_t *v, const coll_args_t *a, size_t nby
                             nbytes, ref);
 }
 
+/* Broadcast of one slotted piece (algo.h): the root copies its input into its slot and
+ * goes on; the others copy it out and publish their done flags in batches where the slots
+ * outnumber them. */
+static chorusResult_t broadcast_slotted(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                                        size_t slot)
+{
+    size_t nbytes = a->count * p->esize;
+    uint64_t lag = slot_count(v, slot), s;
+    CHECK(direct_piece_begin(p, v, &s, lag, slot));
+    if (v->rank == a->root) {
+        p->ops->copy(slot_of(v, v->rank, s, slot), a->sendbuff, nbytes);
+        direct_slot_ready(v, s);
+        if (a->recvbuff != a->sendbuff)
+            p->ops->copy(a->recvbuff, a->sendbuff, nbytes);
+        direct_piece_done(v, s, 0);
+        return chorusSuccess;
+    }
+    CHECK(direct_wait_flag(p, v, a->root, OFF_READY(s), s, "direct window ready flag"));
+    prims_copy_out(p, a->recvbuff, slot_of(v, a->root, s, slot), nbytes);
+    direct_piece_done(v, s, lag > DONE_BATCH);
+    return chorusSuccess;
+}
+
 HOT_PATH static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int me = v->rank, root = a->root;
@@ -156,10 +180,13 @@ HOT_PATH static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, con
     int zc = me == root && root_exposes(v, a, nbytes, &zref);
     int lazy = nbytes <= DIRECT_LL_NBYTES && nbytes < v->zc_min_nbytes;
     uint64_t s = 0;
+    size_t slot = direct_slot_nbytes(v, nbytes);
+    if (slot != 0)
+        return broadcast_slotted(p, v, a, slot);
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         int ll = len * es <= DIRECT_LL_NBYTES;
-        CHECK(direct_piece_begin(p, v, &s, ll ? LL_LAG : 2));
+        CHECK(direct_piece_begin(p, v, &s, ll ? LL_LAG : 2, ll ? 0 : v->buf_nbytes));
         char *out = (char *)a->recvbuff + off * es;
         if (ll) {
             /* The root writes and goes on: up to LL_LAG pieces ahead of the slowest reader. */
@@ -193,6 +220,38 @@ HOT_PATH static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, con
     return chorusSuccess;
 }
 
+/* Reduce of one slotted piece (algo.h): a non-root copies its input into its slot and
+ * goes on; the root reduces its own input with the others' slots in rank order and publishes its
+ * done flag in batches where the slots outnumber them. */
+static chorusResult_t reduce_slotted(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                                     size_t slot)
+{
+    int n = v->nranks, me = v->rank;
+    size_t nbytes = a->count * p->esize;
+    uint64_t lag = slot_count(v, slot), s;
+    char *srcs[DIRECT_MAX_RANKS];
+    CHECK(direct_piece_begin(p, v, &s, lag, slot));
+    if (me != a->root) {
+        p->ops->copy(slot_of(v, me, s, slot), a->sendbuff, nbytes);
+        direct_slot_ready(v, s);
+        direct_piece_done(v, s, 0);
+        return chorusSuccess;
+    }
+    /* In place, the reduction's first stores would overwrite this rank's input before it is
+     * read (unless it comes first): read it from a copy in its slot then. */
+    char *own = (char *)a->sendbuff;
+    if (a->recvbuff == a->sendbuff && me != 0) {
+        own = slot_of(v, me, s, slot);
+        p->ops->copy(own, a->sendbuff, nbytes);
+    }
+    CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
+    for (int r = 0; r < n; r++)
+        srcs[r] = r == me ? own : slot_of(v, r, s, slot);
+    direct_reduce_list(p, a->recvbuff, srcs, n, a->count);
+    direct_piece_done(v, s, lag > DONE_BATCH);
+    return chorusSuccess;
+}
+
 HOT_PATH static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank, root = a->root;
@@ -203,11 +262,14 @@ HOT_PATH static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const 
     int zc = direct_zc_expose(v, in, nbytes, me == root ? a->recvbuff : NULL, nbytes, &zref);
     int lazy = me == root && nbytes <= DIRECT_LL_NBYTES && nbytes < v->zc_min_nbytes;
     uint64_t s = 0;
+    size_t slot = direct_slot_nbytes(v, nbytes);
+    if (slot != 0)
+        return reduce_slotted(p, v, a, slot);
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         if (len * es <= DIRECT_LL_NBYTES) {
             /* A non-root writes and goes on: up to LL_LAG pieces ahead of the root. */
-            CHECK(direct_piece_begin(p, v, &s, LL_LAG));
+            CHECK(direct_piece_begin(p, v, &s, LL_LAG, 0));
             direct_ll_write(v, s, in + off * es, len * es);
             if (me == root) {
                 CHECK(direct_ll_reduce_all(p, v, s, (char *)a->recvbuff + off * es, len));
@@ -219,7 +281,7 @@ HOT_PATH static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const 
             direct_piece_done(v, s, lazy);
             continue;
         }
-        CHECK(direct_piece_begin(p, v, &s, 2));
+        CHECK(direct_piece_begin(p, v, &s, 2, v->buf_nbytes));
         direct_publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
         if (me == root) {
             CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
@@ -244,8 +306,9 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        CHECK(direct_piece_begin(p, v, &s, 2));
-        if (len * es <= LINES_MAX_NBYTES) {
+        int lines = len * es <= LINES_MAX_NBYTES;
+        CHECK(direct_piece_begin(p, v, &s, 2, lines ? 0 : v->buf_nbytes));
+        if (lines) {
             direct_lines_write(v, s, in + off * es, len * es);
             for (int k = 0; k < n; k++) {
                 int r = (me + k) % n;
@@ -311,7 +374,7 @@ HOT_PATH static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v,
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         int lines = (size_t)(n - 1) * len * es <= LINES_MAX_NBYTES;
-        CHECK(direct_piece_begin(p, v, &s, 2));
+        CHECK(direct_piece_begin(p, v, &s, 2, lines ? 0 : v->buf_nbytes));
         if (lines) {
             /* The parts of the others only, in rank order; rank i reduces part i with its own
              * from its input. */

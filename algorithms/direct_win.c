@@ -20,7 +20,6 @@
  * batch smaller than the LL lag lets the writer go on meanwhile. Calls that can be zero-copy
  * (whose writer waits for the done flag before it returns) publish at once.
  */
-#define DONE_BATCH 16
 _Static_assert(DONE_BATCH < DIRECT_LL_SLOTS, "a done batch is shorter than the LL lag");
 
 HOT_PATH static void done_publish(const direct_view_t *v, uint64_t s)
@@ -151,10 +150,15 @@ HOT_PATH chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size
  * s % 2) or LL slot (lag DIRECT_LL_SLOTS: s % DIRECT_LL_SLOTS) piece s reuses. A done flag read
  * once covers the pieces it is ahead by: most calls read none. */
 HOT_PATH chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p,
-                                           uint64_t lag)
+                                           uint64_t lag, size_t win)
 {
     uint64_t s = ++*v->seq;
     *s_p = s;
+    if (win != 0 && v->win_slot != NULL) {
+        if (*v->win_slot != win && *v->win_slot != 0)
+            lag = 1;
+        *v->win_slot = win;
+    }
     for (int k = 1; s > lag && k < v->nranks; k++) {
         int r = (v->rank + k) % v->nranks;
         if (v->done_seen[r] >= s - lag)
@@ -405,6 +409,11 @@ HOT_PATH void direct_publish_ready(const direct_view_t *v, uint64_t s, const mem
     fifo_set_flag(f, s);
 }
 
+HOT_PATH void direct_slot_ready(const direct_view_t *v, uint64_t s)
+{
+    fifo_set_flag(&hdr(v, v->rank)->ready[s & 1], s);
+}
+
 /* Publish this rank's input of piece s, len elements from element off of in: in place at ref
  * (zero-copy), or copied into its window buffer (ref NULL). */
 HOT_PATH void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s,
@@ -456,7 +465,7 @@ HOT_PATH chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t 
 chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int decides, int mine, int *all_p)
 {
     uint64_t s;
-    CHECK(direct_piece_begin(p, v, &s, 2));
+    CHECK(direct_piece_begin(p, v, &s, 2, 0));
     int32_t yes = mine != 0;
     if (decides < 0 || decides == v->rank) {
         fifo_flag_t *f = &hdr(v, v->rank)->ready[s & 1];

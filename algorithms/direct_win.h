@@ -20,6 +20,29 @@ static inline char *buf(const direct_view_t *v, int r, uint64_t s)
     return v->base[r] + DIRECT_HDR_NBYTES + (size_t)(s & 1) * v->buf_nbytes;
 }
 
+/* The slot size for a broadcast or reduce of nbytes (one piece, above DIRECT_LL_NBYTES); 0 when
+ * such a call is not slotted (algo.h, direct_slot_size; zero-copy's calls are not either). The
+ * same on every rank (it depends on what they agreed). */
+static inline size_t direct_slot_nbytes(const direct_view_t *v, size_t nbytes)
+{
+    if (v->zc_find != NULL && nbytes >= v->zc_min_nbytes)
+        return 0;
+    return direct_slot_size(nbytes, v->buf_nbytes);
+}
+
+/* How many slots of slot bytes the two buffers hold (at most DIRECT_LL_SLOTS). */
+static inline uint64_t slot_count(const direct_view_t *v, size_t slot)
+{
+    size_t k = 2 * v->buf_nbytes / slot;
+    return k < DIRECT_LL_SLOTS ? k : DIRECT_LL_SLOTS;
+}
+
+/* Rank r's slot of piece s. */
+static inline char *slot_of(const direct_view_t *v, int r, uint64_t s, size_t slot)
+{
+    return v->base[r] + DIRECT_HDR_NBYTES + (size_t)(s % slot_count(v, slot)) * slot;
+}
+
 #define OFF_READY(s) (offsetof(direct_hdr_t, ready) + (size_t)((s)&1) * sizeof(fifo_flag_t))
 #define OFF_REDUCED offsetof(direct_hdr_t, reduced)
 #define OFF_DONE offsetof(direct_hdr_t, done)
@@ -43,6 +66,10 @@ static inline char *buf(const direct_view_t *v, int r, uint64_t s)
 #define LINES_MAX_NBYTES (5 * DIRECT_LINE_DATA)
 _Static_assert(LINES_MAX_NBYTES <= DIRECT_LINES_NBYTES, "a lines piece fits the lines region");
 
+/* A rank that publishes its done flags lazily does so every DONE_BATCH pieces at least (and
+ * before any wait that is not over at once; direct_win.c): lazy only where the writers' lag is
+ * longer. */
+#define DONE_BATCH 16
 /* This rank has read everything it reads of piece s: publish it now, or (lazy) batched. */
 void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy);
 /* Wait until rank r's flag (ready, reduced or done, at offset off in its header) reaches s. */
@@ -52,9 +79,16 @@ chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_
 chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, uint64_t s,
                                const char *what);
 /* Start piece s: wait until every rank has finished reading piece s - lag, whose buffer (lag 2:
- * s % 2) or LL slot (lag DIRECT_LL_SLOTS: s % DIRECT_LL_SLOTS) piece s reuses. A done flag read
- * once covers the pieces it is ahead by: most calls read none. */
-chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p, uint64_t lag);
+ * s % 2), slot (lag: the slot count) or LL slot (lag DIRECT_LL_SLOTS: s % DIRECT_LL_SLOTS)
+ * piece s reuses. win: how piece s cuts the buffers (its slot size; v->buf_nbytes where it may
+ * use them whole; 0 where it uses none of them): where that differs from the last piece that
+ * used them, piece s waits until every rank has finished piece s - 1 (its region may overlap
+ * any earlier piece's). A done flag read once covers the pieces it is ahead by: most calls read
+ * none. */
+chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p, uint64_t lag,
+                                  size_t win);
+/* Set this rank's ready flag of slotted piece s (no payload: see above). */
+void direct_slot_ready(const direct_view_t *v, uint64_t s);
 /* Write nbytes from src as LL words of piece s; then the ready flag. */
 void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes);
 /* Read nbytes of rank r's LL words of piece s into dst: passes over the words until all carry s,

@@ -93,6 +93,7 @@ struct chorusComm {
     uint64_t win_seq; /* direct pieces run so far */
     uint64_t *win_done_seen; /* [nranks]: done flags as last read (direct.c) */
     direct_done_t win_done; /* this rank's done flag: published, pending (direct.c) */
+    size_t win_slot; /* the slot size of the last piece through the window buffers (direct.c) */
     direct_view_t win_view;
     direct_gate_t win_gate; /* the gate of its waits, when win_view.gate points here */
     struct zc_map *zc_maps; /* [ZC_MAX_MAPS]: peers' chorusMemAlloc regions mapped (window.c) */

@@ -486,6 +486,7 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
          * the busiest rank's bytes: see direct.c's schedules. */
         const double piece = tp.direct_nbytes > 0 ? (double)tp.direct_nbytes : k->direct_nbytes;
         double per = gather ? nb * n : nb, rounds = 1.0, dpasses;
+        const int slotted = direct_slot_size(nbytes, (size_t)piece) != 0;
         switch (kind) {
         case COLL_ALLREDUCE:
             /* Two-shot measured on this VM (2 ranks; 4 ranks on 2 cores): 0.55-0.75x the ring's
@@ -501,14 +502,18 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
         case COLL_BROADCAST:
             /* Up to DIRECT_LL_NBYTES the root writes LL words and runs up to DIRECT_LL_SLOTS
              * pieces ahead (64 then: 2 ranks, 8-128 B, 0.13-0.16 us against the chain's
-             * 0.47-0.56; 6c26334). Above, the root waits for every rank's done flag of two
-             * pieces back where the chain's root only waits for a free FIFO slot: 8 B-4 KiB then
-             * took 0.5-0.7 us against the chain's 0.2-0.3 us. */
-            rounds = nb <= DIRECT_LL_NBYTES ? 0.5 : 2.0;
-            dpasses = 2.0 * nb;
+             * 0.47-0.56; 6c26334); so it does in slotted pieces (algo.h), its copy and the
+             * readers' overlapping from call to call. Above, the root waits for every rank's
+             * done flag of two pieces back where the chain's root only waits for a free FIFO
+             * slot: 8 B-4 KiB then took 0.5-0.7 us against the chain's 0.2-0.3 us. */
+            rounds = nb <= DIRECT_LL_NBYTES || slotted ? 0.5 : 2.0;
+            dpasses = slotted ? nb : 2.0 * nb;
             break;
         case COLL_REDUCE:
-            dpasses = (double)n * nb;
+            /* LL words and slotted pieces: the non-roots run ahead, as broadcast's root does,
+             * and their copies overlap the root's n - 1 reductions. */
+            rounds = nb <= DIRECT_LL_NBYTES || slotted ? 0.5 : 1.0;
+            dpasses = (nb <= DIRECT_LL_NBYTES || slotted ? n - 1.0 : (double)n) * nb;
             break;
         case COLL_ALLGATHER:
             /* A rank's input goes through its window in buffer-sized pieces (per = nb, not

@@ -336,7 +336,8 @@ out:
         ZC_MIN_NBYTES,
         &comm->zc_reads,
         n <= DIRECT_GATE_MAX_RANKS && comm->params.wait_gate ? &comm->win_gate : NULL,
-        comm->over ? 0 : STREAM_WIN_NBYTES};
+        comm->over ? 0 : STREAM_WIN_NBYTES,
+        &comm->win_slot};
     if (comm->win_view.gate != NULL)
         direct_gate_init(&comm->win_gate, &comm->win_view);
     INFO(SUB_INIT, "direct windows: %d ranks x 2 buffers of %zu bytes; zero-copy %s", n, bufsz,

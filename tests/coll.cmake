@@ -33,6 +33,28 @@ if(MPI_C_FOUND)
   endforeach()
 endif()
 
+# Writers running ahead of readers on the direct algorithms (tests/test_runahead.c): broadcast,
+# reduce and all-reduce cycling through LL words, slotted buffers of 4 KiB to 256 KiB, the whole
+# buffers and two pieces; with 64 KiB buffers too (slots of 4 KiB and 8 KiB only). Threads, and
+# processes where ranks outnumber the cores.
+add_executable(test_runahead test_runahead.c)
+target_link_libraries(test_runahead chorus_test_harness)
+foreach(n 2 3 4)
+  chorus_add_test(NAME coll_runahead_threads_${n} TIMEOUT 300
+    COMMAND $<TARGET_FILE:test_runahead> ${n} ENV CHORUS_ALGO=oneshot)
+endforeach()
+chorus_add_test(NAME coll_runahead_buff64k_threads_5 TIMEOUT 300
+  COMMAND $<TARGET_FILE:test_runahead> 5
+  ENV CHORUS_ALGO=oneshot CHORUS_DIRECT_BUFFSIZE=65536)
+if(MPI_C_FOUND)
+  add_executable(test_runahead_mpi test_runahead.c)
+  target_compile_definitions(test_runahead_mpi PRIVATE TEST_RUNAHEAD_MPI=1)
+  target_link_libraries(test_runahead_mpi chorus_test_harness MPI::MPI_C)
+  chorus_add_test(NAME coll_runahead_mpi_4 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4
+            -x CHORUS_ALGO=oneshot $<TARGET_FILE:test_runahead_mpi>)
+endif()
+
 # The direct algorithms (algorithms/direct.c: node-local windows) forced with CHORUS_ALGO, with
 # 4 KiB window buffers so the larger counts cross many pieces and both buffers; oneshot also
 # serves broadcast, reduce, all-gather and reduce-scatter, twoshot only all-reduce (the others
