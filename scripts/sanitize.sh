@@ -81,7 +81,7 @@ asan_tests=(
     coll_mpi_3 coll_mpi_8 coll_threads_8 p2p_mpi_4 multihost_2x2_auto multihost_2x2_tree env_init
     readme_example_3ranks perf_all_reduce_stream_group netns_transports net_socket boot_flood
     boot_flood_lowfd_rank0 two_jobs_net lifecycle invalid_args uniqueid p2p_group_mixed_threads_3
-    stream_threads_3 coll_zcopy_vote_all_mpi_4 shm_segment
+    stream_threads_3 coll_zcopy_vote_all_mpi_4 shm_segment coll_runahead_mpi_4
 )
 # Device buffers (fake driver: staged, and GPU to GPU over cuda_p2p) exist only in CUDA builds:
 # where nvcc is found.
@@ -100,7 +100,7 @@ tsan_tests=(
     split_threads_8 lifecycle invalid_args uniqueid net_socket multihost_transports_2x2 boot_flood
     two_jobs_net faults_abort_blocked faults_abort_race faults_abort_idle faults_abort_busy
     coll_zcopy_oneshot_all_threads_3 coll_zcopy_twoshot_even_threads_3
-    coll_zcopy_vote_all_threads_3 coll_stream_zcopy_oneshot_threads_3
+    coll_zcopy_vote_all_threads_3 coll_stream_zcopy_oneshot_threads_3 coll_runahead_threads_4
 )
 [ $have_verbs = 1 ] && tsan_tests+=(net_ib softverbs_rc)
 
