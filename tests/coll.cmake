@@ -35,7 +35,7 @@ endif()
 
 # Writers running ahead of readers on the direct algorithms (tests/test_runahead.c): broadcast,
 # reduce and all-reduce cycling through LL words, slotted buffers of 4 KiB to 256 KiB, the whole
-# buffers and two pieces; with 64 KiB buffers too (slots of 4 KiB and 8 KiB only). Threads, and
+# buffers and two pieces; with 64 KiB buffers too (slots of 4 KiB to 32 KiB only). Threads, and
 # processes where ranks outnumber the cores.
 add_executable(test_runahead test_runahead.c)
 target_link_libraries(test_runahead chorus_test_harness)
@@ -46,6 +46,12 @@ endforeach()
 chorus_add_test(NAME coll_runahead_buff64k_threads_5 TIMEOUT 300
   COMMAND $<TARGET_FILE:test_runahead> 5
   ENV CHORUS_ALGO=oneshot CHORUS_DIRECT_BUFFSIZE=65536)
+# The tuner's picks (direct and ring calls mixed), and buffers of no power of two (100 KiB).
+chorus_add_test(NAME coll_runahead_tuned_threads_4 TIMEOUT 300
+  COMMAND $<TARGET_FILE:test_runahead> 4)
+chorus_add_test(NAME coll_runahead_buff100k_threads_3 TIMEOUT 300
+  COMMAND $<TARGET_FILE:test_runahead> 3
+  ENV CHORUS_ALGO=oneshot CHORUS_DIRECT_BUFFSIZE=102400)
 if(MPI_C_FOUND)
   add_executable(test_runahead_mpi test_runahead.c)
   target_compile_definitions(test_runahead_mpi PRIVATE TEST_RUNAHEAD_MPI=1)
