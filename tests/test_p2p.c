@@ -23,10 +23,10 @@
 #include <string.h>
 
 #include "chorus.h"
-#if TEST_P2P_MPI
-#include "chorus_mpi.h"
-#endif
 #include "harness.h"
+#if TEST_P2P_MPI
+#include "harness_mpi.h"
+#endif
 
 #define GUARD 64
 #define GUARD_BYTE 0xa5
@@ -444,20 +444,7 @@ int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int r, n;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    chorusComm_t comm = NULL;
-    chorusResult_t res = chorusCommInitMPI(&comm, MPI_COMM_WORLD);
-    if (res != chorusSuccess) {
-        FAIL("rank %d: chorusCommInitMPI: %s: %s", r, chorusGetErrorString(res),
-             chorusGetLastError(NULL));
-    } else {
-        rank_body(comm, r, n);
-        CHECK_OK(chorusCommDestroy(comm));
-    }
-    long total = 0;
-    MPI_Allreduce(&harness_failures, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    long total = harness_mpi_run(rank_body, &r, &n);
     if (r == 0)
         printf("%s test_p2p_mpi: grouped send/recv (ring shift, pairwise 3 MiB, self, same peer, "
                "count 0) and alltoall on %d MPI ranks (%ld failures)\n",

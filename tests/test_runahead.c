@@ -27,10 +27,10 @@
 #include <time.h>
 
 #include "chorus.h"
-#if TEST_RUNAHEAD_MPI
-#include "chorus_mpi.h"
-#endif
 #include "harness.h"
+#if TEST_RUNAHEAD_MPI
+#include "harness_mpi.h"
+#endif
 
 /* Bytes per call: LL (8, 128), slots of 4 KiB (132, 4096), 8 KiB (4100), 64 KiB (40000), 256 KiB
  * (200000), the whole 512 KiB buffers (300000: more than a quarter of them), two pieces
@@ -145,23 +145,10 @@ int main(int argc, char **argv)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    int r, n;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
     if (argc > 1)
         iters = atoi(argv[1]);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    chorusComm_t comm = NULL;
-    chorusResult_t res = chorusCommInitMPI(&comm, MPI_COMM_WORLD);
-    if (res != chorusSuccess) {
-        FAIL("rank %d: chorusCommInitMPI: %s: %s", r, chorusGetErrorString(res),
-             chorusGetLastError(NULL));
-    } else {
-        rank_body(comm, r, n);
-        CHECK_OK(chorusCommDestroy(comm));
-    }
-    long total = 0;
-    MPI_Allreduce(&harness_failures, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    int r, n;
+    long total = harness_mpi_run(rank_body, &r, &n);
     if (r == 0)
         printf("%s test_runahead_mpi: %d calls of broadcast, reduce and all-reduce, 8 B to "
                "700000 B, on %d MPI ranks (%ld failures)\n",
