@@ -323,13 +323,23 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
             direct_piece_done(v, s, 0);
             continue;
         }
+        /* Out of place, a streamed piece goes into the output and the window from one read of
+         * the input (copy_dup): 2 ranks, all_gather_perf -b 128K -e 4M -f 2 -w 50 -n 500, three
+         * rounds, 1 MiB 27.7-28.9 us against 36.1-40.1, 4 MiB 116-124 against 141-148. */
+        char *own = (char *)a->recvbuff + ((size_t)me * a->count + off) * es;
+        int own_done = 0;
         if (!zc && v->stream_win_nbytes != 0 && len * es >= v->stream_win_nbytes) {
-            p->ops->copy_out(buf(v, me, s), in + off * es, len * es);
+            if (p->ops->copy_dup != NULL && !p->stream_out && own != in + off * es) {
+                p->ops->copy_dup(own, buf(v, me, s), in + off * es, len * es);
+                own_done = 1;
+            } else {
+                p->ops->copy_out(buf(v, me, s), in + off * es, len * es);
+            }
             direct_publish_ready(v, s, NULL, off * es);
         } else {
             direct_publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
         }
-        for (int k = 0; k < n; k++) {
+        for (int k = own_done; k < n; k++) {
             int r = (me + k) % n;
             char *src = NULL;
             if (r != me)

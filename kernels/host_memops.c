@@ -3,7 +3,8 @@
  * asks for: element sizes and the short names used in logs and errors.
  *
  * copy is memcpy: the primitives move whole slices, and libc's memcpy already picks the best
- * vector width for the CPU. copy_out streams (non-temporal stores) on x86-64, memcpy elsewhere.
+ * vector width for the CPU. copy_out streams (non-temporal stores) on x86-64, memcpy elsewhere;
+ * copy_dup is both from one read.
  * reduce and divide, the element arithmetic, live in host_reduce.c.
  */
 #include <stdint.h>
@@ -68,10 +69,55 @@ static void host_copy_out(void *dst, const void *src, size_t nbytes)
 #endif
 }
 
+/*
+ * copy and copy_out of one source at once: each 64 bytes loaded once, stored plainly into dst
+ * and streamed into dst_stream (aligned on dst_stream's lines; the ends with memcpy), then a
+ * store fence. One core of this VM, a 2 MiB input in 512 KiB pieces into an output and a 1 MiB
+ * window: 67-85 us against 83-108 for memcpy then the streaming copy (five runs of each).
+ */
+static void host_copy_dup(void *dst, void *dst_stream, const void *src, size_t nbytes)
+{
+#if defined(__x86_64__)
+    char *d = dst, *w = dst_stream;
+    const char *s = src;
+    size_t head = (64 - ((uintptr_t)w & 63)) & 63;
+    if (head > nbytes)
+        head = nbytes;
+    memcpy(d, s, head);
+    memcpy(w, s, head);
+    d += head;
+    w += head;
+    s += head;
+    nbytes -= head;
+    size_t mid = nbytes & ~(size_t)63;
+    for (size_t i = 0; i < mid; i += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 32));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 48));
+        _mm_storeu_si128((__m128i *)(void *)(d + i), x0);
+        _mm_storeu_si128((__m128i *)(void *)(d + i + 16), x1);
+        _mm_storeu_si128((__m128i *)(void *)(d + i + 32), x2);
+        _mm_storeu_si128((__m128i *)(void *)(d + i + 48), x3);
+        _mm_stream_si128((__m128i *)(void *)(w + i), x0);
+        _mm_stream_si128((__m128i *)(void *)(w + i + 16), x1);
+        _mm_stream_si128((__m128i *)(void *)(w + i + 32), x2);
+        _mm_stream_si128((__m128i *)(void *)(w + i + 48), x3);
+    }
+    _mm_sfence();
+    memcpy(d + mid, s + mid, nbytes - mid);
+    memcpy(w + mid, s + mid, nbytes - mid);
+#else
+    host_copy(dst, src, nbytes);
+    host_copy(dst_stream, src, nbytes);
+#endif
+}
+
 const memops_ops_t host_memops = {
     .name = "host",
     .copy = host_copy,
     .copy_out = host_copy_out,
+    .copy_dup = host_copy_dup,
     .reduce = host_reduce,
     .divide = host_divide,
 };

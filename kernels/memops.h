@@ -22,6 +22,10 @@ typedef struct memops_ops {
      * call: streaming (non-temporal) stores where the backend has them, so the output's lines
      * are not first read in (stores fenced before it returns); else as copy. */
     void (*copy_out)(void *dst, const void *src, size_t nbytes);
+    /* dst = src with copy's stores and dst_stream = src with copy_out's, from one read of src
+     * (a rank's own part of an all-gather into its output and its window); the three ranges do
+     * not overlap. NULL where the backend has none: copy and copy_out then. */
+    void (*copy_dup)(void *dst, void *dst_stream, const void *src, size_t nbytes);
     /* dst[i] = a[i] op b[i] for count elements; avg reduces as sum; dst may equal a or b. */
     void (*reduce)(void *dst, const void *a, const void *b, size_t count, chorusDataType_t dtype,
                    chorusRedOp_t op);

@@ -4,12 +4,12 @@
  * Every expectation is computed here from the definitions, never by the code under test: integer
  * results as wrap-around arithmetic, floats in double from exact inputs, float16/bfloat16 values
  * decoded and rounded by a reference built on ldexp and rint (IEEE round-to-nearest-even). It
- * proves: names and sizes; copy; reduce for every dtype x op x count {0,1,7,300,1031} x aliasing
- * (dst==a, dst==b, a==b, all three) x element and byte misalignment, with guard bytes untouched;
- * signed overflow wraps; half and bf16 conversions exhaustively (all 65536 patterns, NaN stays
- * NaN), RNE ties, and against the reference on a structured float sweep; half/bf16 reduce and
- * divide over all 65536 values against the reference, through F16C and through the portable path;
- * F16C hardware conversions equal the portable ones; integer and float divide.
+ * proves: names and sizes; copy, copy_out and copy_dup; reduce for every dtype x op x count
+ * {0,1,7,300,1031} x aliasing (dst==a, dst==b, a==b, all three) x element and byte misalignment,
+ * with guard bytes untouched; signed overflow wraps; half and bf16 conversions exhaustively (all
+ * 65536 patterns, NaN stays NaN), RNE ties, and against the reference on a structured float sweep;
+ * half/bf16 reduce and divide over all 65536 values against the reference, through F16C and through
+ * the portable path; F16C hardware conversions equal the portable ones; integer and float divide.
  * `test_reduce --exhaustive` also compares float_to_half with F16C on all 2^32 floats (slow).
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
@@ -172,6 +172,52 @@ static void test_names_and_copy(void)
     host_memops.copy(src, src, sizeof(src)); /* dst == src: a no-op */
     CHECK(src[1000] == (unsigned char)(1000 * 7 + 3), "copy in place changed data");
     harness_report(before, "names, sizes, copy (lengths 0/1/7/1031, byte offsets 0-3, dst == src)");
+}
+
+/* copy_out and copy_dup: every length around the 64-byte blocks, every alignment of the streamed
+ * destination within a line, byte offsets of the plain one, guard bytes around both. */
+static void test_copy_out_dup(void)
+{
+    long before = harness_failures;
+    enum { CAP = 5000, PAD = 80 };
+    static unsigned char src[CAP + PAD], dst[CAP + 2 * PAD], win[CAP + 2 * PAD];
+    size_t lens[] = {0, 1, 15, 63, 64, 65, 127, 200, 1031, 4133};
+    size_t woffs[] = {0, 1, 16, 37, 48, 63};
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (unsigned char)(i * 13 + 5);
+    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+        for (size_t wo = 0; wo < sizeof(woffs) / sizeof(woffs[0]); wo++) {
+            for (int dup = 0; dup < 2; dup++) {
+                size_t n = lens[l], doff = PAD + (l + wo) % 4, woff = PAD + woffs[wo];
+                /* w: win from its first 64-byte line, so woff is the streamed offset in a line */
+                unsigned char *w = (unsigned char *)(((uintptr_t)win + 63) & ~(uintptr_t)63);
+                memset(dst, 0xa5, sizeof(dst));
+                memset(win, 0x5a, sizeof(win));
+                if (dup)
+                    host_memops.copy_dup(dst + doff, w + woff, src + 3, n);
+                else
+                    host_memops.copy_out(w + woff, src + 3, n);
+                for (size_t i = 0; i + 64 < sizeof(win); i++) {
+                    int inside = i >= woff && i < woff + n;
+                    if (w[i] != (inside ? src[i - woff + 3] : 0x5a)) {
+                        FAIL("%s len %zu streamed offset %zu: byte %zu is %u",
+                             dup ? "copy_dup" : "copy_out", n, woff % 64, i, w[i]);
+                        break;
+                    }
+                }
+                for (size_t i = 0; dup && i < sizeof(dst); i++) {
+                    int inside = i >= doff && i < doff + n;
+                    if (dst[i] != (inside ? src[i - doff + 3] : 0xa5)) {
+                        FAIL("copy_dup len %zu offset %zu: plain byte %zu is %u", n, doff, i,
+                             dst[i]);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    harness_report(before, "copy_out and copy_dup (lengths 0-4133 around 64-byte blocks, six "
+                           "alignment of the streamed destination, guards)");
 }
 
 /* ---- Reduce matrix with exact values ---- */
@@ -651,6 +697,7 @@ int main(int argc, char **argv)
 {
     int exhaustive = argc > 1 && strcmp(argv[1], "--exhaustive") == 0;
     test_names_and_copy();
+    test_copy_out_dup();
     test_reduce_matrix();
     test_corners();
     test_conversions();
