@@ -28,64 +28,22 @@ static void host_copy(void *dst, const void *src, size_t nbytes)
         memcpy(dst, src, nbytes);
 }
 
-/*
- * A copy into a large output with streaming stores: the line-aligned middle with SSE2's
- * non-temporal 16-byte stores (every x86-64 has them; the write-combining buffers merge them
- * into whole lines, so the width does not limit the rate), the ends with memcpy, then a store
- * fence (the stores are weakly ordered: a flag published after this must not pass them).
- * libc's memcpy streams only above a large threshold (about the LLC), and the primitives copy
- * slices far smaller than that. 64 MiB in 256 KiB pieces to a buffer out of the caches, one
- * core of this VM: 18-28 GB/s against memcpy's 17-18.
- */
-static void host_copy_out(void *dst, const void *src, size_t nbytes)
-{
 #if defined(__x86_64__)
-    if (dst == src || nbytes == 0)
-        return;
-    char *d = dst;
-    const char *s = src;
-    size_t head = (64 - ((uintptr_t)d & 63)) & 63;
-    if (head > nbytes)
-        head = nbytes;
-    memcpy(d, s, head);
-    d += head;
-    s += head;
-    nbytes -= head;
-    size_t mid = nbytes & ~(size_t)63;
-    for (size_t i = 0; i < mid; i += 64) {
-        __m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
-        __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 16));
-        __m128i x2 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 32));
-        __m128i x3 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 48));
-        _mm_stream_si128((__m128i *)(void *)(d + i), x0);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 16), x1);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 32), x2);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 48), x3);
-    }
-    _mm_sfence();
-    memcpy(d + mid, s + mid, nbytes - mid);
-#else
-    host_copy(dst, src, nbytes);
-#endif
-}
-
-/*
- * copy and copy_out of one source at once: each 64 bytes loaded once, stored plainly into dst
- * and streamed into dst_stream (aligned on dst_stream's lines; the ends with memcpy), then a
- * store fence. One core of this VM, a 2 MiB input in 512 KiB pieces into an output and a 1 MiB
- * window: 67-85 us against 83-108 for memcpy then the streaming copy (five runs of each).
- */
-static void host_copy_dup(void *dst, void *dst_stream, const void *src, size_t nbytes)
+/* src into w (from its first whole line: streaming stores) and, unless plain is NULL, into plain
+ * (plain stores) from the same loads; the ends with memcpy; then a store fence (the streaming
+ * stores are weakly ordered: a flag published after this must not pass them). Inlined into its
+ * two callers, so the test on plain leaves the loop. */
+static inline __attribute__((always_inline)) void copy_streamed(char *plain, char *w, const char *s,
+                                                                size_t nbytes)
 {
-#if defined(__x86_64__)
-    char *d = dst, *w = dst_stream;
-    const char *s = src;
     size_t head = (64 - ((uintptr_t)w & 63)) & 63;
     if (head > nbytes)
         head = nbytes;
-    memcpy(d, s, head);
+    if (plain != NULL) {
+        memcpy(plain, s, head);
+        plain += head;
+    }
     memcpy(w, s, head);
-    d += head;
     w += head;
     s += head;
     nbytes -= head;
@@ -95,18 +53,52 @@ static void host_copy_dup(void *dst, void *dst_stream, const void *src, size_t n
         __m128i x1 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 16));
         __m128i x2 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 32));
         __m128i x3 = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 48));
-        _mm_storeu_si128((__m128i *)(void *)(d + i), x0);
-        _mm_storeu_si128((__m128i *)(void *)(d + i + 16), x1);
-        _mm_storeu_si128((__m128i *)(void *)(d + i + 32), x2);
-        _mm_storeu_si128((__m128i *)(void *)(d + i + 48), x3);
+        if (plain != NULL) {
+            _mm_storeu_si128((__m128i *)(void *)(plain + i), x0);
+            _mm_storeu_si128((__m128i *)(void *)(plain + i + 16), x1);
+            _mm_storeu_si128((__m128i *)(void *)(plain + i + 32), x2);
+            _mm_storeu_si128((__m128i *)(void *)(plain + i + 48), x3);
+        }
         _mm_stream_si128((__m128i *)(void *)(w + i), x0);
         _mm_stream_si128((__m128i *)(void *)(w + i + 16), x1);
         _mm_stream_si128((__m128i *)(void *)(w + i + 32), x2);
         _mm_stream_si128((__m128i *)(void *)(w + i + 48), x3);
     }
     _mm_sfence();
-    memcpy(d + mid, s + mid, nbytes - mid);
+    if (plain != NULL)
+        memcpy(plain + mid, s + mid, nbytes - mid);
     memcpy(w + mid, s + mid, nbytes - mid);
+}
+#endif
+
+/*
+ * A copy into a large output with streaming stores: the line-aligned middle with SSE2's
+ * non-temporal 16-byte stores (every x86-64 has them; the write-combining buffers merge them
+ * into whole lines, so the width does not limit the rate), the ends with memcpy, then a store
+ * fence. libc's memcpy streams only above a large threshold (about the LLC), and the primitives
+ * copy slices far smaller than that. 64 MiB in 256 KiB pieces to a buffer out of the caches, one
+ * core of this VM: 18-28 GB/s against memcpy's 17-18.
+ */
+static void host_copy_out(void *dst, const void *src, size_t nbytes)
+{
+#if defined(__x86_64__)
+    if (dst != src && nbytes != 0)
+        copy_streamed(NULL, dst, src, nbytes);
+#else
+    host_copy(dst, src, nbytes);
+#endif
+}
+
+/*
+ * copy and copy_out of one source at once: each 64 bytes loaded once, stored plainly into dst
+ * and streamed into dst_stream. One core of this VM, a 2 MiB input in 512 KiB pieces into an
+ * output and a 1 MiB window: 67-85 us against 83-108 for memcpy then the streaming copy (five
+ * runs of each).
+ */
+static void host_copy_dup(void *dst, void *dst_stream, const void *src, size_t nbytes)
+{
+#if defined(__x86_64__)
+    copy_streamed(dst, dst_stream, src, nbytes);
 #else
     host_copy(dst, src, nbytes);
     host_copy(dst_stream, src, nbytes);

@@ -174,7 +174,7 @@ static void test_names_and_copy(void)
     harness_report(before, "names, sizes, copy (lengths 0/1/7/1031, byte offsets 0-3, dst == src)");
 }
 
-/* copy_out and copy_dup: every length around the 64-byte blocks, every alignment of the streamed
+/* copy_out and copy_dup: lengths around the 64-byte blocks, six alignments of the streamed
  * destination within a line, byte offsets of the plain one, guard bytes around both. */
 static void test_copy_out_dup(void)
 {
@@ -217,7 +217,7 @@ static void test_copy_out_dup(void)
         }
     }
     harness_report(before, "copy_out and copy_dup (lengths 0-4133 around 64-byte blocks, six "
-                           "alignment of the streamed destination, guards)");
+                           "alignments of the streamed destination, guards)");
 }
 
 /* ---- Reduce matrix with exact values ---- */
