@@ -35,8 +35,8 @@ endif()
 
 # Writers running ahead of readers on the direct algorithms (tests/test_runahead.c): broadcast,
 # reduce and all-reduce cycling through LL words, slotted buffers of 4 KiB to 256 KiB, the whole
-# buffers and two pieces; with 64 KiB buffers too (slots of 4 KiB to 32 KiB only). Threads, and
-# processes where ranks outnumber the cores.
+# buffers and two pieces; with 64 KiB buffers too (slots of 4 KiB and 8 KiB, whole buffers from
+# 40000 bytes). Threads, and processes where ranks outnumber the cores.
 add_executable(test_runahead test_runahead.c)
 target_link_libraries(test_runahead chorus_test_harness)
 foreach(n 2 3 4)

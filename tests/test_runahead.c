@@ -2,7 +2,7 @@
  * test_runahead.c: proves that the ranks that only write (broadcast root, reduce non-roots) may
  * run ahead of the readers without a reader ever seeing a later call's data, on the direct
  * algorithms (CHORUS_ALGO=oneshot): LL words up to 128 bytes, slotted window buffers above that
- * (algorithms/direct_win.h: up to 256 pieces ahead), the whole buffers from a quarter of them,
+ * (algorithms/algo.h: up to 256 pieces ahead), the whole buffers from a quarter of them,
  * and every change between those, where a piece's region may overlap an earlier piece's still
  * being read.
  *
