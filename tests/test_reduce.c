@@ -189,7 +189,7 @@ static void test_copy_out_dup(void)
         for (size_t wo = 0; wo < sizeof(woffs) / sizeof(woffs[0]); wo++) {
             for (int dup = 0; dup < 2; dup++) {
                 size_t n = lens[l], doff = PAD + (l + wo) % 4, woff = PAD + woffs[wo];
-                /* w: win from its first 64-byte line, so woff is the streamed offset in a line */
+                /* w: win from its first 64-byte line; woff % 64: the offset in a line */
                 unsigned char *w = (unsigned char *)(((uintptr_t)win + 63) & ~(uintptr_t)63);
                 memset(dst, 0xa5, sizeof(dst));
                 memset(win, 0x5a, sizeof(win));
