@@ -177,12 +177,12 @@ HOT_PATH static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, con
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
     const char *in = a->sendbuff;
     mem_ref_t zref;
-    int zc = me == root && root_exposes(v, a, nbytes, &zref);
-    int lazy = nbytes <= DIRECT_LL_NBYTES && nbytes < v->zc_min_nbytes;
-    uint64_t s = 0;
     size_t slot = direct_slot_nbytes(v, nbytes);
     if (slot != 0)
         return broadcast_slotted(p, v, a, slot);
+    int zc = me == root && root_exposes(v, a, nbytes, &zref);
+    int lazy = nbytes <= DIRECT_LL_NBYTES && nbytes < v->zc_min_nbytes;
+    uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         int ll = len * es <= DIRECT_LL_NBYTES;
@@ -259,12 +259,12 @@ HOT_PATH static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const 
     const char *in = a->sendbuff;
     char *srcs[DIRECT_MAX_RANKS];
     mem_ref_t zref;
-    int zc = direct_zc_expose(v, in, nbytes, me == root ? a->recvbuff : NULL, nbytes, &zref);
-    int lazy = me == root && nbytes <= DIRECT_LL_NBYTES && nbytes < v->zc_min_nbytes;
-    uint64_t s = 0;
     size_t slot = direct_slot_nbytes(v, nbytes);
     if (slot != 0)
         return reduce_slotted(p, v, a, slot);
+    int zc = direct_zc_expose(v, in, nbytes, me == root ? a->recvbuff : NULL, nbytes, &zref);
+    int lazy = me == root && nbytes <= DIRECT_LL_NBYTES && nbytes < v->zc_min_nbytes;
+    uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         if (len * es <= DIRECT_LL_NBYTES) {
