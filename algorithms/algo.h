@@ -107,10 +107,15 @@ chorusResult_t tree_reduce_program(const channel_work_t *w);
  */
 #define DIRECT_SLOT_MIN_NBYTES 4096
 #define DIRECT_SLOT_MIN_COUNT 4
-/* The slot size of such a call of nbytes with buffers of buf_nbytes; 0: not slotted. */
-static inline size_t direct_slot_size(size_t nbytes, size_t buf_nbytes)
+/* Calls from this size up read chorusMemAlloc inputs in place where zero-copy is on: below, a
+ * copy costs less than the wait for every peer's done flag that reading in place adds at the end
+ * of the call. Such calls are never slotted (whatever their buffers). */
+#define DIRECT_ZC_MIN_NBYTES (512 * 1024)
+/* The slot size of such a call of nbytes with buffers of buf_nbytes, zero-copy on from zc_min
+ * bytes (0: off); 0: not slotted. The tuner prices a call by the same rule the window runs it. */
+static inline size_t direct_slot_size(size_t nbytes, size_t buf_nbytes, size_t zc_min)
 {
-    if (nbytes <= DIRECT_LL_NBYTES || nbytes > buf_nbytes)
+    if (nbytes <= DIRECT_LL_NBYTES || nbytes > buf_nbytes || (zc_min != 0 && nbytes >= zc_min))
         return 0;
     size_t slot = DIRECT_SLOT_MIN_NBYTES;
     while (slot < nbytes)

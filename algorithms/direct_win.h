@@ -25,9 +25,7 @@ static inline char *buf(const direct_view_t *v, int r, uint64_t s)
  * same on every rank (it depends on what they agreed). */
 static inline size_t direct_slot_nbytes(const direct_view_t *v, size_t nbytes)
 {
-    if (v->zc_find != NULL && nbytes >= v->zc_min_nbytes)
-        return 0;
-    return direct_slot_size(nbytes, v->buf_nbytes);
+    return direct_slot_size(nbytes, v->buf_nbytes, v->zc_find != NULL ? v->zc_min_nbytes : 0);
 }
 
 /* How many slots of slot bytes the two buffers hold (at most DIRECT_LL_SLOTS). */

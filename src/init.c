@@ -220,7 +220,8 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
                      .host_cores = comm->topo != NULL ? CPU_COUNT(&comm->topo->cpus) : 0,
                      .machine_ranks = comm->machine_ranks,
                      .slice_nbytes = (size_t)(comm->params.buffsize / comm->params.steps),
-                     .direct_nbytes = (size_t)comm->params.direct_buffsize};
+                     .direct_nbytes = (size_t)comm->params.direct_buffsize,
+                     .direct_zc = comm->params.zcopy != 0};
     transport_net_speed(&comm->tc, &t.net_gbps, &t.net_latency_us);
     /* Cores a host's ranks share: the union of their bindings (mpirun binds each of 2 ranks to
      * its own core; the host still has both for the two). */

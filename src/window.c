@@ -29,9 +29,6 @@
 #define WINDOW_NAME_BYTES 64
 #define WINDOW_TAG 0x77696e /* "win": the name's tag field */
 #define ZC_MAX_MAPS 64
-/* Calls from this size up read chorusMemAlloc inputs in place: below, a copy costs less than
- * the wait for every peer's done flag that reading in place adds at the end of the call. */
-#define ZC_MIN_NBYTES (512 * 1024)
 /* All-gather pieces from this size go into the window with streaming stores, unless ranks
  * outnumber cores (then a reader often shares the writer's core and caches). A peer then reads
  * them from memory rather than from the writer's cache, and the writer takes no line back from
@@ -333,7 +330,7 @@ out:
         (all & 2) ? mem_find_region : NULL,
         (all & 2) ? zc_map : NULL,
         comm,
-        ZC_MIN_NBYTES,
+        DIRECT_ZC_MIN_NBYTES,
         &comm->zc_reads,
         n <= DIRECT_GATE_MAX_RANKS && comm->params.wait_gate ? &comm->win_gate : NULL,
         comm->over ? 0 : STREAM_WIN_NBYTES,

@@ -328,6 +328,27 @@ static void check_model(void)
         CHECK(c.algo == ALGO_RING, "%d ranks on one host, 64 MiB all-reduce: picked %s, want ring",
               nr, algo_name(c.algo));
     }
+    /* Slotted broadcasts and reduces run ahead (priced below the lag-2 pieces); with 4 MiB
+     * buffers slots reach 2 MiB, but where zero-copy is on the window runs calls from
+     * DIRECT_ZC_MIN_NBYTES unslotted (algo.h), and so must the model price them. */
+    tune_topo_t big_win = direct_topo(2, 2);
+    big_win.direct_nbytes = 4 << 20;
+    tuner_t bw_off = make_tuner(big_win, "");
+    big_win.direct_zc = 1;
+    tuner_t bw_zc = make_tuner(big_win, "");
+    for (int k = 0; k < 2; k++) {
+        coll_kind_t kind = k == 0 ? COLL_BROADCAST : COLL_REDUCE;
+        double below_off = tune_predict(&bw_off, kind, ALGO_ONESHOT, 256 << 10, 1);
+        double below_zc = tune_predict(&bw_zc, kind, ALGO_ONESHOT, 256 << 10, 1);
+        double at_off = tune_predict(&bw_off, kind, ALGO_ONESHOT, 1 << 20, 1);
+        double at_zc = tune_predict(&bw_zc, kind, ALGO_ONESHOT, 1 << 20, 1);
+        CHECK(below_off == below_zc, "%s, 256 KiB (slotted either way): %.2f us against %.2f",
+              kind_names[kind], below_off, below_zc);
+        CHECK(at_zc > at_off,
+              "%s, 1 MiB with 4 MiB buffers: %.2f us with zero-copy on (not slotted) should "
+              "exceed %.2f (slotted)",
+              kind_names[kind], at_zc, at_off);
+    }
     CHECK(tune_predict(&one, COLL_ALLREDUCE, ALGO_ONESHOT, 8, 1) > 1e300,
           "no windows: oneshot is HUGE_VAL");
     tune_topo_t across = topo_of(4, 2, 2, 0, 10, 0);
