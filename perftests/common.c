@@ -5,7 +5,8 @@
  * chorusCommInitEnv; neither: a single rank), parse nccl-tests' flags (flags.c), then for every
  * dtype x op x root run the size sweep: per row, out-of-place then in-place, each timed over -n
  * iterations after a sync call (with --compare mpi, MPI's out-of-place call timed in the same
- * loop, in alternating blocks), then checked bit-exactly on a fresh call against values computed
+ * loop, in alternating blocks; --compare gloo: Gloo's, peer_gloo.h), then checked bit-exactly
+ * on a fresh call against values computed
  * on the host (data.c). Cross-rank aggregation (times, #wrong) goes through MPI under mpirun,
  * through Chorus otherwise. The measured row goes to report.c, which prints the table on rank 0
  * and writes the -J file; errors go to stderr from the rank that saw them.
@@ -13,6 +14,7 @@
 #define _GNU_SOURCE
 #include "common.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@
 #include "cuda_bufs.h"
 #include "data.h"
 #include "flags.h"
+#include "peer_gloo.h"
 #include "report.h"
 
 #define PERF_LINE_BYTES 256
@@ -227,8 +230,24 @@ static void perf_print_banner(perf_ctx_t *ctx)
         PERF_PRINT("# --compare mpi ignored with --device cuda: this MPI takes host buffers\n");
         ctx->o.compare_mpi = 0;
     } else if (o->compare_mpi && (ctx->init != PERF_INIT_MPI || ctx->coll->mpi_run == NULL)) {
-        PERF_PRINT("# --compare mpi ignored: not launched by mpirun, or no MPI counterpart\n");
+        PERF_PRINT("# --compare %s ignored: not launched by mpirun, or no MPI counterpart\n",
+                   o->compare_gloo ? "gloo" : "mpi");
         ctx->o.compare_mpi = 0;
+    } else if (o->compare_gloo && perf_gloo_missing() != NULL) {
+        PERF_PRINT("# --compare gloo ignored: %s\n", perf_gloo_missing());
+        ctx->o.compare_mpi = 0;
+    } else if (o->compare_gloo &&
+               !perf_gloo_supported(ctx->coll->name, chorusFloat32, chorusSum, 1)) {
+        PERF_PRINT("# --compare gloo ignored: Gloo has no %s\n", ctx->coll->name);
+        ctx->o.compare_mpi = 0;
+    } else if (o->compare_gloo) {
+        const char *vs =
+            ctx->coll->mpi_in_place && !ctx->coll->no_inplace ? "in-place" : "out-of-place";
+        PERF_PRINT("# --compare gloo: %s (as PyTorch's gloo backend runs it on one host), its "
+                   "call on the same buffers, its iterations interleaved with Chorus' %s ones "
+                   "(int8, uint8, int32, int64, uint64, float32, float64; no avg, no call of "
+                   "no element); ratio = gloo / chorus %s time, > 1: Chorus faster\n",
+                   perf_gloo_version(), vs, vs);
     } else if (o->compare_mpi) {
         const char *vs =
             ctx->coll->mpi_in_place && !ctx->coll->no_inplace ? "in-place" : "out-of-place";
@@ -360,6 +379,7 @@ static void perf_complete(void)
     }
 }
 
+/* Whether the peer (MPI, or Gloo with --compare gloo) has the row's call, and MPI's types. */
 static int perf_mpi_types(const perf_case_t *c, MPI_Datatype *dt_p, MPI_Op *op_p)
 {
     /* In chorusDataType_t order; half and bfloat16 have no MPI datatype. */
@@ -369,23 +389,44 @@ static int perf_mpi_types(const perf_case_t *c, MPI_Datatype *dt_p, MPI_Op *op_p
     MPI_Op ops[chorusNumOps] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN, MPI_SUM}; /* avg: as sum */
     *dt_p = types[c->dtype];
     *op_p = perf_ctx.coll->reduces ? ops[c->op] : MPI_OP_NULL;
+    if (perf_ctx.o.compare_gloo) {
+        return perf_gloo_supported(perf_ctx.coll->name, c->dtype, c->op, c->counts.paramcount);
+    }
     return *dt_p != MPI_DATATYPE_NULL;
 }
 
 /* MPI's call on the same buffers (MPI_ERRORS_ARE_FATAL: a failure aborts the job). */
 static void perf_mpi_call(const perf_case_t *c, MPI_Datatype dt, MPI_Op op)
 {
+    if (perf_ctx.o.compare_gloo) { /* Gloo's call (peer_gloo.h); a failure aborts the job */
+        char err[PERF_LINE_BYTES];
+        if (perf_gloo_run(perf_ctx.coll->name, perf_ctx.sendbuf, perf_ctx.recvbuf,
+                          c->counts.sendcount, c->counts.recvcount, c->dtype, c->op, c->root, err,
+                          sizeof(err)) != 0) {
+            fprintf(stderr, "%s: rank %d: %s\n", perf_ctx.host, perf_ctx.rank, err);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        return;
+    }
     perf_ctx.coll->mpi_run(perf_ctx.sendbuf, perf_ctx.recvbuf, c, dt, op, MPI_COMM_WORLD);
 }
 
-/* iters timed Chorus iterations (each -m calls, grouped) after a barrier: this rank's seconds,
- * with the time until the last call returned (before waiting for the stream) in *cpu_p. */
+/* iters timed Chorus iterations (each -m calls, grouped) after a barrier and one untimed call:
+ * this rank's seconds, with the time until the last call returned (before waiting for the
+ * stream) in *cpu_p. The untimed call lines the ranks up as the collective itself does: ranks
+ * leave a barrier apart (4 ranks on 2 cores under MPICH, whose barrier spins: a 4-rank 8 B
+ * broadcast timed from the barrier took Chorus 0.49-30 us in four runs, from the untimed call
+ * 0.17-0.20), and the first call after the other library's block pays for what it left (Open
+ * MPI's large calls unmap fresh temporaries: 2 ranks, 64 MiB, such a Chorus call took 10-12 ms,
+ * others 8.1-9.3). */
 static double perf_time_chorus(const perf_case_t *c, const void *sendp, void *recvp, int iters,
                                double *cpu_p)
 {
     const perf_opts_t *o = &perf_ctx.o;
     double t0;
     perf_barrier();
+    perf_call(c, sendp, recvp);
+    perf_complete();
     t0 = perf_now();
     for (int it = 0; it < iters; it++) {
         if (o->agg_iters > 1) {
@@ -407,11 +448,13 @@ static double perf_time_chorus(const perf_case_t *c, const void *sendp, void *re
     return perf_now() - t0;
 }
 
-/* The same for MPI: iters x -m calls after a barrier, a barrier after each with -z 1. */
+/* The same for MPI (or Gloo): iters x -m calls after a barrier and one untimed call, a barrier
+ * after each with -z 1. */
 static double perf_time_mpi(const perf_case_t *c, MPI_Datatype dt, MPI_Op op, int iters)
 {
     double t0;
     MPI_Barrier(MPI_COMM_WORLD);
+    perf_mpi_call(c, dt, op);
     t0 = perf_now();
     for (int it = 0; it < iters * perf_ctx.o.agg_iters; it++) {
         perf_mpi_call(c, dt, op);
@@ -440,10 +483,8 @@ static void perf_result(const perf_case_t *c, double total, perf_result_t *res)
  * of place), MPI's call on the same buffers is timed in the same loop, interleaved so machine
  * noise hits both alike: the -n iterations are cut into up to PERF_COMPARE_BLOCKS blocks, and
  * block b runs Chorus then MPI when b is even, MPI then Chorus when odd (ABBA: a drift within the
- * row cancels too). Each block starts after a barrier; the times summed are the blocks' own. A
- * block that follows the other library's starts with one untimed call: Open MPI's large calls
- * map, fault in and unmap fresh temporaries (issue 6), and the next library's first call paid
- * for that (2 ranks, 64 MiB: a Chorus call after such an unmap took 10-12 ms, others 8.1-9.3).
+ * row cancels too). Each block starts after a barrier and one untimed call of its library
+ * (perf_time_chorus); the times summed are the blocks' own.
  * The check (-c) runs afterwards on Chorus' result only; MPI is no oracle here (Open MPI 4.1
  * saturates int8/uint8 sums on AVX-512, open-mpi/ompi#8045).
  */
@@ -469,18 +510,12 @@ static void perf_bench(const perf_case_t *c, int in_place, perf_result_t *res, p
     for (int b = 0; b < nblocks; b++) {
         int iters = o->iters / nblocks + (b < o->iters % nblocks);
         double block_cpu;
-        /* MPI ran last before blocks 0 (its sync call) and odd ones; Chorus before even ones. */
         if (mpi_p != NULL && b % 2 == 1) {
             mpi_total += perf_time_mpi(c, dt, op, iters);
-        }
-        if (mpi_p != NULL && (b == 0 || b % 2 == 1)) {
-            perf_call(c, sendp, recvp); /* untimed: the first call after MPI's */
-            perf_complete();
         }
         total += perf_time_chorus(c, sendp, recvp, iters, &block_cpu);
         cpu += block_cpu;
         if (mpi_p != NULL && b % 2 == 0) {
-            perf_mpi_call(c, dt, op); /* untimed: the first call after Chorus' */
             mpi_total += perf_time_mpi(c, dt, op, iters);
         }
     }
@@ -506,6 +541,23 @@ static void perf_bench(const perf_case_t *c, int in_place, perf_result_t *res, p
         if (res->wrong) {
             break;
         }
+    }
+    /* Gloo's result is checked too, once: a call built wrong here (counts, root, buffers) would
+     * time something else. (MPI's is not: it is no oracle for 8-bit sums, ompi#8045.) */
+    if (mpi_p != NULL && o->compare_gloo && o->check) {
+        size_t ncheck = perf_prepare(c, in_place, 1);
+        long long local;
+        perf_mpi_call(c, dt, op);
+        local = perf_compare(perf_ctx.coll, perf_ctx.host, c, in_place, recvp, perf_ctx.expected,
+                             ncheck);
+        if (local) {
+            fprintf(stderr,
+                    "%s: rank %d: Gloo's %s gave %lld wrong elements: its times are not "
+                    "comparable\n",
+                    perf_ctx.host, perf_ctx.rank, perf_ctx.coll->name, local);
+            perf_ctx.local_errors++;
+        }
+        res->wrong += perf_sum_ll(local);
     }
 }
 
@@ -605,6 +657,52 @@ static void perf_free(void *p, int chorus_mem)
     free(chorus_mem ? NULL : p);
 }
 
+/* --compare gloo: Gloo's rendezvous, a file store in a directory rank 0 makes (the ranks share
+ * this host's /tmp, or TMPDIR); every rank connects, and all learn whether every one could. */
+static int perf_gloo_start(perf_ctx_t *ctx, char *dir, int dirlen)
+{
+    char err[PERF_LINE_BYTES] = "";
+    int bad;
+    memset(dir, 0, (size_t)dirlen);
+    if (ctx->rank == 0) {
+        const char *tmp =
+            getenv("TMPDIR") != NULL && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+        snprintf(dir, (size_t)dirlen, "%s/chorus-gloo-XXXXXX", tmp);
+        if (mkdtemp(dir) == NULL) {
+            snprintf(err, sizeof(err), "cannot make a rendezvous directory under %s (set TMPDIR)",
+                     tmp);
+            dir[0] = '\0';
+        }
+    }
+    MPI_Bcast(dir, dirlen, MPI_CHAR, 0, MPI_COMM_WORLD);
+    bad = dir[0] == '\0' || perf_gloo_init(ctx->rank, ctx->nranks, dir, err, sizeof(err)) != 0;
+    if (bad && (ctx->rank == 0 || dir[0] != '\0')) {
+        fprintf(stderr, "%s: rank %d: --compare gloo: %s\n", ctx->host, ctx->rank, err);
+    }
+    return perf_sum_ll(bad) != 0 ? -1 : 0;
+}
+
+/* Gloo's context closed on every rank, then rank 0 removes the store's files and directory. */
+static void perf_gloo_stop(perf_ctx_t *ctx, const char *dir)
+{
+    DIR *d;
+    struct dirent *e;
+    char path[PERF_LINE_BYTES * 2];
+    perf_gloo_finalize();
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (ctx->rank != 0 || dir[0] == '\0' || (d = opendir(dir)) == NULL) {
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
 static void perf_stream_destroy(perf_ctx_t *ctx)
 {
     if (ctx->stream != NULL && ctx->o.device_bufs) {
@@ -620,6 +718,7 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     perf_ctx_t *ctx = &perf_ctx;
     long long errors;
     int parsed, nroots, root0, written;
+    char gloo_dir[PERF_LINE_BYTES] = "";
 
     setlinebuf(stdout);
     memset(ctx, 0, sizeof(*ctx));
@@ -676,7 +775,12 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
     }
     /* After the banner, which may turn --compare off: the file records what runs. Every rank
      * learns whether rank 0 could create it. */
-    if (perf_sum_ll(perf_report_open(&ctx->report, argc, argv) != 0) != 0) {
+    if ((ctx->o.compare_gloo && ctx->o.compare_mpi &&
+         perf_gloo_start(ctx, gloo_dir, (int)sizeof(gloo_dir)) != 0) ||
+        perf_sum_ll(perf_report_open(&ctx->report, argc, argv) != 0) != 0) {
+        if (gloo_dir[0] != '\0') {
+            perf_gloo_stop(ctx, gloo_dir);
+        }
         perf_stream_destroy(ctx);
         PERF_CHECK(chorusCommDestroy(ctx->comm));
         if (ctx->init == PERF_INIT_MPI) {
@@ -716,6 +820,9 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
         perf_quiet_barrier();
     }
     written = perf_report_finish(&ctx->report, errors);
+    if (ctx->o.compare_gloo && ctx->o.compare_mpi) {
+        perf_gloo_stop(ctx, gloo_dir);
+    }
 
     perf_free(ctx->sendbuf, ctx->o.register_bufs);
     perf_free(ctx->recvbuf, ctx->o.register_bufs);

@@ -89,7 +89,8 @@ static void perf_usage(const char *prog, int rank)
         "\t[-o sum|prod|max|min|avg|all] [-r root, -1: all] [-z 1: barrier after each call]\n"
         "\t[-y 1: NULL stream (default), 0: host stream] [-R 1: chorusMemAlloc buffers]\n"
         "\t[-a 0|1|2|3: time of rank 0|avg|min|max] [-C 1: report cputime]\n"
-        "\t[-M,--compare mpi: time MPI's collective too, interleaved with Chorus']\n"
+        "\t[-M,--compare mpi|gloo: time MPI's (or Gloo's) collective too, interleaved with "
+        "Chorus']\n"
         "\t[-D,--device cuda|host: cudaMalloc'd buffers (CUDA builds), or host (default)]\n"
         "\t[-J,--output_file FILE: write the results as JSON too] [-t/-g/-p/-T/-G/-F: ignored]\n"
         "Long names as nccl-tests'. Launch by mpirun, by CHORUS_RANK/CHORUS_NRANKS/"
@@ -177,7 +178,9 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
         } else if (c == 'd') {
             bad = perf_parse_names(optarg, perf_type_lookup, chorusNumTypes, o->types, &o->ntypes);
         } else if (c == 'M') {
-            o->compare_mpi = strcmp(optarg, "mpi") == 0 || strcmp(optarg, "1") == 0;
+            o->compare_gloo = strcmp(optarg, "gloo") == 0;
+            o->compare_mpi =
+                o->compare_gloo || strcmp(optarg, "mpi") == 0 || strcmp(optarg, "1") == 0;
             bad = !o->compare_mpi && strcmp(optarg, "0") != 0 && strcmp(optarg, "none") != 0;
         } else if (c == 'D') {
             o->device_bufs = strcmp(optarg, "cuda") == 0;

@@ -11,7 +11,8 @@
 typedef struct perf_opts {
     size_t minbytes, maxbytes, stepbytes, stepfactor;
     int iters, warmup, agg_iters, check, blocking, stream_null, average, cputime, root;
-    int compare_mpi, register_bufs;
+    int compare_mpi, register_bufs; /* compare_mpi: --compare names a peer (mpi or gloo) */
+    int compare_gloo; /* --compare gloo: the peer is Gloo (peer_gloo.h), not MPI */
     int device_bufs; /* --device cuda: cudaMalloc'd buffers (the call stages them) */
     const char *json_path; /* -J FILE: the JSON report (report.c); NULL: none */
     int ntypes, nops;

@@ -24,6 +24,7 @@
 #include <mpi.h>
 
 #include "data.h"
+#include "peer_gloo.h"
 
 extern char **environ;
 
@@ -174,7 +175,10 @@ static void json_flags(FILE *f, const perf_report_t *r)
             "\"datatypes\": ",
             o->minbytes, o->maxbytes, o->stepbytes, o->stepfactor, o->iters, o->warmup,
             o->agg_iters, o->check, o->blocking, o->stream_null, o->average, o->cputime, o->root,
-            o->register_bufs, o->compare_mpi ? "\"mpi\"" : "null");
+            o->register_bufs,
+            !o->compare_mpi   ? "null"
+            : o->compare_gloo ? "\"gloo\""
+                              : "\"mpi\"");
     json_names(f, o->types, o->ntypes, perf_type_name_int);
     fputs(", \"ops\": ", f);
     json_names(f, o->ops, r->coll->reduces ? o->nops : 0, perf_op_name_int);
@@ -208,6 +212,10 @@ int perf_report_open(perf_report_t *r, int argc, char **argv)
     fprintf(f, ",\n  \"chorus_version\": \"%d.%d.%d\",\n  \"mpi_library\": ", version / 10000,
             version / 100 % 100, version % 100);
     json_str(f, mpi_version);
+    if (r->o->compare_mpi && r->o->compare_gloo) { /* the peer each row's "mpi" object times */
+        fputs(",\n  \"peer_library\": ", f);
+        json_str(f, perf_gloo_version());
+    }
     fprintf(f, ",\n  \"init\": \"%s\",\n  \"nranks\": %d,\n  \"host\": ", r->init_name, r->nranks);
     json_str(f, r->host);
     fprintf(f, ",\n  \"cores\": %ld,\n  \"start_time\": ", sysconf(_SC_NPROCESSORS_ONLN));
@@ -254,14 +262,17 @@ void perf_report_header(const perf_report_t *r)
                  "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
                  "in-place          %s\n",
                  "", "", "", "", "",
-                 !compare                ? ""
+                 !compare ? ""
+                 : r->o->compare_gloo
+                     ? (r->coll->mpi_in_place ? " gloo vs in-place" : " gloo out-of-place")
                  : r->coll->mpi_in_place ? "  mpi vs in-place"
                                          : "  mpi out-of-place");
     REPORT_PRINT(r, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s", "size",
                  "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw",
                  "busbw", "#wrong");
     if (compare) {
-        REPORT_PRINT(r, "  %7s  %8s  %6s", "mpi(us)", "mpibusbw", "ratio");
+        REPORT_PRINT(r, "  %7s  %8s  %6s", r->o->compare_gloo ? "gloo(us)" : "mpi(us)",
+                     r->o->compare_gloo ? "gloobusbw" : "mpibusbw", "ratio");
     }
     if (tuning) {
         REPORT_PRINT(r, "  %5s  %8s", "algo", "pred");
@@ -406,12 +417,16 @@ int perf_report_finish(perf_report_t *r, long long errors)
     REPORT_PRINT(r, "# Out of bounds values : %lld %s\n", errors, errors ? "FAILED" : "OK");
     REPORT_PRINT(r, "# Avg bus bandwidth    : %g \n", avg_bw);
     if (r->o->compare_mpi && r->mpi_rows > 0) {
-        REPORT_PRINT(r, "# Avg MPI bus bandwidth: %g \n", mpi_bw);
+        const char *peer = r->o->compare_gloo ? "Gloo" : "MPI";
+        REPORT_PRINT(r, "# Avg %s bus bandwidth: %g \n", peer, mpi_bw);
         REPORT_PRINT(r,
-                     "# MPI/Chorus time ratio: geomean %.3f, min %.3f (%s), max %.3f (%s); "
+                     "# %s/Chorus time ratio: geomean %.3f, min %.3f (%s), max %.3f (%s); "
                      "Chorus slower in %ld of %ld rows\n",
-                     geomean, r->min_ratio, r->min_row, r->max_ratio, r->max_row, r->mpi_slower,
-                     r->mpi_rows);
+                     peer, geomean, r->min_ratio, r->min_row, r->max_ratio, r->max_row,
+                     r->mpi_slower, r->mpi_rows);
+    } else if (r->o->compare_gloo) {
+        REPORT_PRINT(r, "# Gloo/Chorus time ratio: no row has a Gloo time (Gloo has none of "
+                        "these datatypes)\n");
     } else if (r->o->compare_mpi) {
         REPORT_PRINT(r, "# MPI/Chorus time ratio: no row has an MPI time (half and bfloat16 have "
                         "no MPI datatype)\n");

@@ -10,6 +10,7 @@ packages=(
     libhwloc-dev                      # topology (required by the library)
     libibverbs-dev                    # verbs headers for the IB plugin (libibverbs is dlopen'd)
     openmpi-bin libopenmpi-dev        # mpirun, chorus_mpi.h, perftests' MPI comparison
+    libgloo-dev                       # perftests' --compare gloo (PyTorch's CPU backend)
     libopenblas-dev zlib1g-dev        # trainer: matrix products, gzip'd IDX files
     gnuplot-nox                       # trainer/plot: loss and accuracy curves as PNG
     iproute2                          # `ip`, used by the interface-selection tests

@@ -67,6 +67,27 @@ function(chorus_perftests_add_tests run)
         TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=90 CHORUS_PERF_JSON_ROWS=${nrows})
     endif()
   endforeach()
+  # --compare gloo: Gloo over loopback TCP (as PyTorch's gloo backend on one host) on the same
+  # buffers: its columns and summary lines, and Gloo's own result checked once a row (common.c),
+  # every dtype (Gloo lacks half, bfloat16, uint32, avg and empty calls: N/A there). SKIP in a
+  # build without Gloo.
+  # 8 B .. 32K by 8: 5 sizes x 10 dtypes, x 2 roots when rooted; and 3 ranks, float, every op,
+  # 8 B .. 256K by 8 (6 sizes x 5 ops).
+  foreach(spec all_reduce:50 all_gather:50 broadcast:100 reduce:100 alltoall:50)
+    string(REPLACE ":" ";" spec "${spec}")
+    list(GET spec 0 name)
+    list(GET spec 1 nrows)
+    if(TARGET ${name}_perf)
+      chorus_add_test(NAME perf_${name}_compare_gloo
+        COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:${name}_perf> -b 8 -e 32K -f 8 -d all -o sum
+          -r -1 -n 4 -w 1 --compare gloo
+        TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=90 CHORUS_PERF_JSON_ROWS=${nrows})
+    endif()
+  endforeach()
+  chorus_add_test(NAME perf_all_reduce_compare_gloo3
+    COMMAND ${run} mpi 3 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 8 -e 1M -f 8 -d float
+      -o all -n 4 -w 1 --compare gloo
+    TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=90 CHORUS_PERF_JSON_ROWS=30)
   # perftests/plot draws the user run and the MALLOC_MMAP_MAX_=0 run into one PNG.
   chorus_add_test(NAME perf_plot
     COMMAND ${tests_dir}/perftests_plot.sh ${mpirun}

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""perftests_json_check.py RUN.json --rows N [--table OUT] [--nranks R] [--compare] [--env N=V]
+"""perftests_json_check.py RUN.json --rows N [--table OUT] [--nranks R] [--compare [gloo]]
+[--env N=V]
 
 Proves that a *_perf -J file is what perftests/README.md says: it parses as JSON; it has the run's
 description (program, versions, nranks, flags, environment) and a summary; it has exactly N rows
@@ -9,7 +10,9 @@ redop and root; every checked row has 0 wrong elements. With --compare, a row ha
 exactly when MPI has its dtype (all but half and bfloat16), its "vs" names the Chorus time it is
 compared with (in_place for broadcast_perf, whose MPI_Bcast has one buffer; out_of_place
 otherwise), its ratio is MPI's time over that one, and the summary's MPI counts, geometric mean, minimum and maximum are those of
-the rows; without, no row has MPI numbers. --env NAME=VALUE: the run recorded NAME with VALUE
+the rows; without, no row has MPI numbers. --compare gloo: the same of Gloo's numbers (under the
+rows' "mpi" key; flags.compare "gloo", a top-level "peer_library"), which Gloo has for every
+dtype but half, bfloat16 and uint32, every op but avg, and calls of at least one element. --env NAME=VALUE: the run recorded NAME with VALUE
 (NAME= : recorded as unset); for MALLOC_MMAP_MAX_ also the top-level "malloc_mmap_max". Times
 are only checked to be numbers: a timing never fails a test. Exit 0: all hold; 1: one does not.
 """
@@ -18,7 +21,7 @@ import json
 import math
 import sys
 
-NO_MPI_TYPES = {"half", "bfloat16"}
+NO_PEER_TYPES = {"mpi": {"half", "bfloat16"}, "gloo": {"half", "bfloat16", "uint32"}}
 
 
 def main():
@@ -27,7 +30,7 @@ def main():
     ap.add_argument("--rows", type=int, required=True)
     ap.add_argument("--table")
     ap.add_argument("--nranks", type=int)
-    ap.add_argument("--compare", action="store_true")
+    ap.add_argument("--compare", nargs="?", const="mpi", choices=("mpi", "gloo"))
     ap.add_argument("--env", action="append", default=[])
     args = ap.parse_args()
     errors = []
@@ -58,8 +61,10 @@ def main():
                 "local_register", "compare", "datatypes", "ops"):
         if key not in run["flags"]:
             err(f"no flags.{key}")
-    if (run["flags"].get("compare") == "mpi") != args.compare:
-        err(f"flags.compare is {run['flags'].get('compare')!r}, expected {args.compare}")
+    if run["flags"].get("compare") != args.compare:
+        err(f"flags.compare is {run['flags'].get('compare')!r}, expected {args.compare!r}")
+    if args.compare == "gloo" and not str(run.get("peer_library", "")).startswith("Gloo"):
+        err(f"peer_library is {run.get('peer_library')!r}, expected Gloo's version")
 
     rows = run["rows"]
     if len(rows) != args.rows:
@@ -106,7 +111,9 @@ def main():
             if g.get("wrong") not in (0, None) or (run["flags"]["check"] and g.get("wrong") != 0):
                 err(f"{where}: {group}.wrong is {g.get('wrong')!r}")
         mpi = r.get("mpi")
-        want_mpi = args.compare and r.get("type") not in NO_MPI_TYPES
+        want_mpi = args.compare is not None and r.get("type") not in NO_PEER_TYPES[args.compare]
+        if args.compare == "gloo" and (r.get("redop") == "avg" or r.get("count") == 0):
+            want_mpi = False  # Gloo has no average, and fails on a call of no element
         if want_mpi != (mpi is not None):
             err(f"{where}: mpi is {mpi!r}, expected {'numbers' if want_mpi else 'null'}")
         if mpi is not None:

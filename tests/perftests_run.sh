@@ -8,7 +8,10 @@
 # or when the summary is not "# Out of bounds values : 0 OK". With --compare mpi (unless the
 # banner says it was ignored), also when the mpi(us) mpibusbw ratio columns are missing, when a
 # row of a dtype MPI has (all but half and bfloat16) has no MPI numbers or one of half/bfloat16
-# has, or when the two MPI summary lines are missing. Timings are never judged.
+# has, or when the two MPI summary lines are missing. --compare gloo: the same of the gloo(us)
+# gloobusbw ratio columns (Gloo lacks half, bfloat16, uint32, avg and calls of no element) and the
+# Gloo summary lines; a
+# build without Gloo, whose banner says so, exits 77 (SKIP). Timings are never judged.
 # CHORUS_PERF_JSON_ROWS=N: also write -J and check it with perftests_json_check.py: valid JSON,
 #   N rows, the same rows as the table, the MPI fields as --compare says; CHORUS_PERF_JSON_ENV=
 #   NAME=VALUE (NAME= : unset) checks the recorded environment; CHORUS_PERF_JSON_OUT=FILE keeps
@@ -34,9 +37,10 @@ json_rows=${CHORUS_PERF_JSON_ROWS:-}
 if [ -n "$json_rows" ]; then
     command -v python3 >/dev/null || skip "python3 not found (needed to check the -J file)"
 fi
-compare=0
+compare=0 peer=mpi
 case " $* " in
 *" --compare mpi "* | *" --compare=mpi "* | *" -M mpi "* | *" -Mmpi "*) compare=1 ;;
+*" --compare gloo "* | *" --compare=gloo "* | *" -M gloo "* | *" -Mgloo "*) compare=1 peer=gloo ;;
 esac
 
 dir=$(mktemp -d)
@@ -140,39 +144,46 @@ bad=$(awk '!/^#/ && $1 ~ /^[0-9]+$/ && NF >= 13 && (($9 != "N/A" && $9 != 0) || 
 [ "$rows" -gt 0 ] || { echo "no table rows in the output" >&2; status=1; }
 [ -z "$bad" ] || { printf 'rows with wrong elements:\n%s\n' "$bad" >&2; status=1; }
 grep -q '^# Out of bounds values : 0 OK' "$dir/out.0" || { echo "summary is not '0 OK'" >&2; status=1; }
-# --compare mpi: the columns by their header names, per row numbers where MPI has the dtype and
-# N/A where it has not (half, bfloat16), and the summary lines.
-if [ $compare = 1 ] && ! grep -q '^# --compare mpi ignored' "$dir/out.0"; then
-    cmp_err=$(awk '
+if [ $peer = gloo ] && grep -q '^# --compare gloo ignored: this build found no Gloo' "$dir/out.0"; then
+    skip "perftests built without Gloo (scripts/deps.sh installs libgloo-dev; re-run cmake)"
+fi
+# --compare mpi|gloo: the columns by their header names, per row numbers where the peer has the
+# dtype and N/A where it has not (MPI: half, bfloat16; Gloo: those and uint32), and the summary
+# lines.
+if [ $compare = 1 ] && ! grep -q "^# --compare $peer ignored" "$dir/out.0"; then
+    Peer=$([ $peer = gloo ] && echo Gloo || echo MPI)
+    cmp_err=$(awk -v p="$peer" '
         /^#[ ]+size[ ]+count/ {
             for (k = 2; k <= NF; k++) col[$k] = k - 1 # rows have no leading "#"
-            if (!("mpi(us)" in col) || !("mpibusbw" in col) || !("ratio" in col)) {
-                print "header has no mpi(us) mpibusbw ratio columns: " $0
+            if (!((p "(us)") in col) || !((p "busbw") in col) || !("ratio" in col)) {
+                print "header has no " p "(us) " p "busbw ratio columns: " $0
                 exit
             }
             next
         }
         !/^#/ && $1 ~ /^[0-9]+$/ && NF >= 13 {
-            if (!("mpi(us)" in col)) { print "a row before the header"; exit }
-            t = $(col["mpi(us)"]); b = $(col["mpibusbw"]); r = $(col["ratio"])
-            none = $3 == "half" || $3 == "bfloat16"
+            if (!((p "(us)") in col)) { print "a row before the header"; exit }
+            t = $(col[p "(us)"]); b = $(col[p "busbw"]); r = $(col["ratio"])
+            none = $3 == "half" || $3 == "bfloat16" ||
+                (p == "gloo" && ($3 == "uint32" || $4 == "avg" || $2 == 0))
             num = t ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && r ~ /^[0-9.]+$/
             if (none && (t != "N/A" || b != "N/A" || r != "N/A"))
-                print "MPI numbers for " $3 " (no MPI datatype): " $0
+                print p " numbers for " $3 " (no such datatype there): " $0
             else if (!none && !num)
-                print "no MPI numbers: " $0
+                print "no " p " numbers: " $0
         }' "$dir/out.0")
-    [ -z "$cmp_err" ] || { printf -- '--compare mpi: %s\n' "$cmp_err" >&2; status=1; }
-    grep -q '^# Avg MPI bus bandwidth: ' "$dir/out.0" || grep -q '^# MPI/Chorus time ratio: no row' \
-        "$dir/out.0" || { echo "--compare mpi printed no '# Avg MPI bus bandwidth' line" >&2; status=1; }
-    grep -q '^# MPI/Chorus time ratio: ' "$dir/out.0" ||
-        { echo "--compare mpi printed no '# MPI/Chorus time ratio' line" >&2; status=1; }
+    [ -z "$cmp_err" ] || { printf -- '--compare %s: %s\n' "$peer" "$cmp_err" >&2; status=1; }
+    grep -q "^# Avg $Peer bus bandwidth: " "$dir/out.0" ||
+        grep -q "^# $Peer/Chorus time ratio: no row" "$dir/out.0" ||
+        { echo "--compare $peer printed no '# Avg $Peer bus bandwidth' line" >&2; status=1; }
+    grep -q "^# $Peer/Chorus time ratio: " "$dir/out.0" ||
+        { echo "--compare $peer printed no '# $Peer/Chorus time ratio' line" >&2; status=1; }
 fi
 if [ -n "$json_rows" ]; then
     check=(python3 "$(dirname "$0")/perftests_json_check.py" "$json" --rows "$json_rows"
         --table "$dir/out.0" --nranks "$n")
-    if [ $compare = 1 ] && ! grep -q '^# --compare mpi ignored' "$dir/out.0"; then
-        check+=(--compare)
+    if [ $compare = 1 ] && ! grep -q "^# --compare $peer ignored" "$dir/out.0"; then
+        check+=(--compare "$peer")
     fi
     [ -z "${CHORUS_PERF_JSON_ENV:-}" ] || check+=(--env "$CHORUS_PERF_JSON_ENV")
     echo "+ ${check[*]}"
