@@ -106,6 +106,21 @@ void run_typed(const std::string &coll, const void *send, void *recv, size_t sen
     }
 }
 
+using RunFn = void (*)(const std::string &, const void *, void *, size_t, size_t, chorusRedOp_t,
+                       int);
+
+/* In chorusDataType_t order: the types gloo/math.h reduces (none for uint32, half, bfloat16). */
+const RunFn kRun[chorusNumTypes] = {run_typed<int8_t>,
+                                    run_typed<uint8_t>,
+                                    run_typed<int32_t>,
+                                    nullptr,
+                                    run_typed<int64_t>,
+                                    run_typed<uint64_t>,
+                                    nullptr,
+                                    run_typed<float>,
+                                    run_typed<double>,
+                                    nullptr};
+
 } // namespace
 
 extern "C" {
@@ -148,18 +163,8 @@ int perf_gloo_supported(const char *coll, chorusDataType_t dtype, chorusRedOp_t 
     if (count == 0 || (c != "all_reduce" && c != "all_gather" && c != "broadcast" &&
                        c != "reduce" && c != "alltoall"))
         return 0;
-    switch (dtype) { /* what gloo/math.h reduces (half and bfloat16: not these types) */
-    case chorusInt8:
-    case chorusUint8:
-    case chorusInt32:
-    case chorusInt64:
-    case chorusUint64:
-    case chorusFloat32:
-    case chorusFloat64:
-        break;
-    default:
+    if ((unsigned)dtype >= chorusNumTypes || kRun[dtype] == nullptr)
         return 0;
-    }
     /* Gloo has no average (PyTorch's gloo backend refuses ReduceOp.AVG). */
     return (c != "all_reduce" && c != "reduce") || (op != chorusAvg && (unsigned)op < chorusNumOps);
 }
@@ -172,34 +177,13 @@ int perf_gloo_run(const char *coll, const void *send, void *recv, size_t sendcou
         set_err(err, errlen, "Gloo is not connected (perf_gloo_init)");
         return -1;
     }
+    RunFn run = (unsigned)dtype < chorusNumTypes ? kRun[dtype] : nullptr;
+    if (run == nullptr) {
+        set_err(err, errlen, "Gloo: no such datatype here");
+        return -1;
+    }
     try {
-        std::string c(coll);
-        switch (dtype) {
-        case chorusInt8:
-            run_typed<int8_t>(c, send, recv, sendcount, recvcount, op, root);
-            break;
-        case chorusUint8:
-            run_typed<uint8_t>(c, send, recv, sendcount, recvcount, op, root);
-            break;
-        case chorusInt32:
-            run_typed<int32_t>(c, send, recv, sendcount, recvcount, op, root);
-            break;
-        case chorusInt64:
-            run_typed<int64_t>(c, send, recv, sendcount, recvcount, op, root);
-            break;
-        case chorusUint64:
-            run_typed<uint64_t>(c, send, recv, sendcount, recvcount, op, root);
-            break;
-        case chorusFloat32:
-            run_typed<float>(c, send, recv, sendcount, recvcount, op, root);
-            break;
-        case chorusFloat64:
-            run_typed<double>(c, send, recv, sendcount, recvcount, op, root);
-            break;
-        default:
-            set_err(err, errlen, "Gloo: no such datatype here");
-            return -1;
-        }
+        run(coll, send, recv, sendcount, recvcount, op, root);
         return 0;
     } catch (const std::exception &e) {
         set_err(err, errlen, std::string("Gloo's ") + coll + ": " + e.what());
