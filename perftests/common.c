@@ -5,11 +5,11 @@
  * chorusCommInitEnv; neither: a single rank), parse nccl-tests' flags (flags.c), then for every
  * dtype x op x root run the size sweep: per row, out-of-place then in-place, each timed over -n
  * iterations after a sync call (with --compare mpi, MPI's out-of-place call timed in the same
- * loop, in alternating blocks; --compare gloo: Gloo's, peer_gloo.h), then checked bit-exactly
- * on a fresh call against values computed
- * on the host (data.c). Cross-rank aggregation (times, #wrong) goes through MPI under mpirun,
- * through Chorus otherwise. The measured row goes to report.c, which prints the table on rank 0
- * and writes the -J file; errors go to stderr from the rank that saw them.
+ * loop, in alternating blocks; --compare gloo: Gloo's, peer_gloo.h), then checked bit-exactly on
+ * a fresh call against values computed on the host (data.c). Cross-rank aggregation (times,
+ * #wrong) goes through MPI under mpirun, through Chorus otherwise. The measured row goes to
+ * report.c, which prints the table on rank 0 and writes the -J file; errors go to stderr from the
+ * rank that saw them.
  */
 #define _GNU_SOURCE
 #include "common.h"

@@ -10,8 +10,8 @@
 # row of a dtype MPI has (all but half and bfloat16) has no MPI numbers or one of half/bfloat16
 # has, or when the two MPI summary lines are missing. --compare gloo: the same of the gloo(us)
 # gloobusbw ratio columns (Gloo lacks half, bfloat16, uint32, avg and calls of no element) and the
-# Gloo summary lines; a
-# build without Gloo, whose banner says so, exits 77 (SKIP). Timings are never judged.
+# Gloo summary lines; a build without Gloo, whose banner says so, exits 77 (SKIP). Timings are
+# never judged.
 # CHORUS_PERF_JSON_ROWS=N: also write -J and check it with perftests_json_check.py: valid JSON,
 #   N rows, the same rows as the table, the MPI fields as --compare says; CHORUS_PERF_JSON_ENV=
 #   NAME=VALUE (NAME= : unset) checks the recorded environment; CHORUS_PERF_JSON_OUT=FILE keeps
@@ -148,8 +148,8 @@ if [ $peer = gloo ] && grep -q '^# --compare gloo ignored: this build found no G
     skip "perftests built without Gloo (scripts/deps.sh installs libgloo-dev; re-run cmake)"
 fi
 # --compare mpi|gloo: the columns by their header names, per row numbers where the peer has the
-# dtype and N/A where it has not (MPI: half, bfloat16; Gloo: those and uint32), and the summary
-# lines.
+# call and N/A where it has not (MPI: half, bfloat16; Gloo: those, uint32, avg and empty calls),
+# and the summary lines.
 if [ $compare = 1 ] && ! grep -q "^# --compare $peer ignored" "$dir/out.0"; then
     Peer=$([ $peer = gloo ] && echo Gloo || echo MPI)
     cmp_err=$(awk -v p="$peer" '
