@@ -425,8 +425,8 @@ int perf_report_finish(perf_report_t *r, long long errors)
                      peer, geomean, r->min_ratio, r->min_row, r->max_ratio, r->max_row,
                      r->mpi_slower, r->mpi_rows);
     } else if (r->o->compare_gloo) {
-        REPORT_PRINT(r, "# Gloo/Chorus time ratio: no row has a Gloo time (Gloo has none of "
-                        "these datatypes)\n");
+        REPORT_PRINT(r, "# Gloo/Chorus time ratio: no row has a Gloo time (Gloo lacks half, "
+                        "bfloat16, uint32, avg and calls of no element)\n");
     } else if (r->o->compare_mpi) {
         REPORT_PRINT(r, "# MPI/Chorus time ratio: no row has an MPI time (half and bfloat16 have "
                         "no MPI datatype)\n");
