@@ -23,10 +23,10 @@ echo "== clang-format --dry-run --Werror"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     # Tracked files and new ones not ignored, so a check before committing sees them too.
     mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- \
-        '*.c' '*.h' '*.cu' '*.cuh' | sort -u | while read -r f; do [ -f "$f" ] && echo "$f"; done)
+        '*.c' '*.cc' '*.h' '*.cu' '*.cuh' | sort -u | while read -r f; do [ -f "$f" ] && echo "$f"; done)
 else
     mapfile -t sources < <(find . -path "./${build#./}" -prune -o -path './build*' -prune -o \
-        -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print)
+        -type f \( -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print)
 fi
 if [ ${#sources[@]} -gt 0 ] && ! clang-format --dry-run --Werror "${sources[@]}"; then
     echo "formatting: FAILED (fix with: clang-format -i <files>)" >&2
