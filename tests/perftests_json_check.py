@@ -4,17 +4,18 @@
 
 Proves that a *_perf -J file is what perftests/README.md says: it parses as JSON; it has the run's
 description (program, versions, nranks, flags, environment) and a summary; it has exactly N rows
-(the size sweep x dtypes x ops x roots, counted by the caller from the flags) and they are the
-rows of the printed table (--table: rank 0's stdout), in order, with the same size, count, type,
-redop and root; every checked row has 0 wrong elements. With --compare, a row has MPI numbers
-exactly when MPI has its dtype (all but half and bfloat16), its "vs" names the Chorus time it is
-compared with (in_place for broadcast_perf, whose MPI_Bcast has one buffer; out_of_place
-otherwise), its ratio is MPI's time over that one, and the summary's MPI counts, geometric mean, minimum and maximum are those of
-the rows; without, no row has MPI numbers. --compare gloo: the same of Gloo's numbers (under the
-rows' "mpi" key; flags.compare "gloo", a top-level "peer_library"), which Gloo has for every
-dtype but half, bfloat16 and uint32, every op but avg, and calls of at least one element. --env NAME=VALUE: the run recorded NAME with VALUE
-(NAME= : recorded as unset); for MALLOC_MMAP_MAX_ also the top-level "malloc_mmap_max". Times
-are only checked to be numbers: a timing never fails a test. Exit 0: all hold; 1: one does not.
+(the size sweep x dtypes x ops x roots, counted by the caller from the flags) and they are the rows
+of the printed table (--table: rank 0's stdout), in order, with the same size, count, type, redop
+and root; every checked row has 0 wrong elements. With --compare, a row has MPI numbers exactly
+when MPI has its dtype (all but half and bfloat16), its "vs" names the Chorus time it is compared
+with (in_place for broadcast_perf, whose MPI_Bcast has one buffer; out_of_place otherwise), its
+ratio is MPI's time over that one, and the summary's MPI counts, geometric mean, minimum and
+maximum are those of the rows; without, no row has MPI numbers. --compare gloo: the same of Gloo's
+numbers (under the rows' "mpi" key; flags.compare "gloo", a top-level "peer_library"), which Gloo
+has for every dtype but half, bfloat16 and uint32, every op but avg, and calls of at least one
+element. --env NAME=VALUE: the run recorded NAME with VALUE (NAME= : recorded as unset); for
+MALLOC_MMAP_MAX_ also the top-level "malloc_mmap_max". Times are only checked to be numbers: a
+timing never fails a test. Exit 0: all hold; 1: one does not.
 """
 import argparse
 import json
