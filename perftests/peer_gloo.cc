@@ -35,7 +35,8 @@ namespace
 
 std::shared_ptr<gloo::rendezvous::Context> g_ctx;
 
-/* A call waits this long for its peers (64 MiB over loopback TCP takes well under a second). */
+/* A call waits this long for its peers (64 MiB over loopback TCP takes well under a second); set
+ * on the context, whose timeout every collective's options take. */
 constexpr std::chrono::milliseconds kTimeout(120 * 1000);
 
 void set_err(char *err, size_t errlen, const std::string &what)
@@ -73,19 +74,16 @@ void run_typed(const std::string &coll, const void *send, void *recv, size_t sen
         o.setInput(in, sendcount);
         o.setOutput(out, recvcount);
         o.setReduceFunction(reduce_fn<T>(op));
-        o.setTimeout(kTimeout);
         gloo::allreduce(o);
     } else if (coll == "all_gather") {
         gloo::AllgatherOptions o(g_ctx);
         o.setInput(in, sendcount);
         o.setOutput(out, recvcount);
-        o.setTimeout(kTimeout);
         gloo::allgather(o);
     } else if (coll == "broadcast") {
         gloo::BroadcastOptions o(g_ctx);
         o.setOutput(out, recvcount); /* one buffer, as MPI_Bcast: the root's data is in it */
         o.setRoot(root);
-        o.setTimeout(kTimeout);
         gloo::broadcast(o);
     } else if (coll == "reduce") {
         gloo::ReduceOptions o(g_ctx);
@@ -93,13 +91,11 @@ void run_typed(const std::string &coll, const void *send, void *recv, size_t sen
         o.setOutput(out, recvcount);
         o.setRoot(root);
         o.setReduceFunction(reduce_fn<T>(op));
-        o.setTimeout(kTimeout);
         gloo::reduce(o);
     } else if (coll == "alltoall") {
         gloo::AlltoallOptions o(g_ctx);
         o.setInput(in, sendcount);
         o.setOutput(out, recvcount);
-        o.setTimeout(kTimeout);
         gloo::alltoall(o);
     } else {
         throw std::runtime_error("Gloo has no " + coll + " here");
