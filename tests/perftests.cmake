@@ -93,6 +93,11 @@ function(chorus_perftests_add_tests run)
     COMMAND ${tests_dir}/perftests_plot.sh ${mpirun}
       $<TARGET_FILE:all_reduce_perf> ${PROJECT_SOURCE_DIR}/perftests/plot
     TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=45)
+  # perftests/floor: one short round of the 4-rank small all-reduce beside its floor.
+  chorus_add_test(NAME perf_floor
+    COMMAND ${tests_dir}/perftests_floor.sh ${PROJECT_SOURCE_DIR}/perftests/floor
+      ${PROJECT_BINARY_DIR}
+    TIMEOUT 180 LABELS perf mpi)
   chorus_add_test(NAME perf_all_reduce_stream_group
     COMMAND ${run} mpi 3 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 0 -e 64K -f 8 -d all -o sum
       -n 3 -w 1 -y 0 -m 2 -z 1
