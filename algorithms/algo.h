@@ -182,9 +182,26 @@ typedef struct direct_gate {
     int rank;
     uint32_t off;
     uint64_t s;
+    /* Balance (direct_win.c): where the host's ranks outnumber its cores, a rank that parks on
+     * a CPU crowded with them moves itself to the least crowded of cpus[0, ncpus), the CPUs its
+     * thread could run on when the gate was set up. */
+    int balance;
+    int ncpus;
+    int cpus[DIRECT_GATE_MAX_RANKS];
+    int64_t moved_ns; /* when it last moved (one move per DIRECT_GATE_MOVE_GAP_NS at most) */
+    uint32_t moves;
 } direct_gate_t;
-/* Set up g for v (whose gate it becomes): this rank's CPU not said yet. */
-void direct_gate_init(direct_gate_t *g, const struct direct_view *v);
+#define DIRECT_GATE_MOVE_GAP_NS (20LL * 1000 * 1000)
+/* Set up g for v (whose gate it becomes): this rank's CPU not said yet. balance: move off
+ * crowded CPUs (set where the machine's ranks, all of them in v, outnumber its cores); kept only
+ * where this thread may run on 2 to DIRECT_GATE_MAX_RANKS CPUs. */
+void direct_gate_init(direct_gate_t *g, const struct direct_view *v, int balance);
+/* The CPU rank me (of n, on CPU cpu_of[me]) should move to, or -1: cpu_of[q] is where rank q was
+ * last seen (-1: not yet), cpus[0, ncpus) the CPUs it may run on. It moves when it is the
+ * highest-numbered rank seen on its CPU and the least crowded of cpus holds at least two ranks
+ * fewer (ranks seen elsewhere do not count), so that after the move neither CPU holds more than
+ * the other did. */
+int direct_gate_balance_to(const int *cpu_of, int n, int me, const int *cpus, int ncpus);
 
 /* What a rank last published in its done flag, and the last piece it has read but not yet
  * published (0: none); kept out of the shared line, which peers poll. */

@@ -55,11 +55,16 @@ HOT_PATH void direct_piece_done(const direct_view_t *v, uint64_t s, int lazy)
  * cores, 8-64 B broadcast 0.21-0.34 us against 0.37-0.68, reduce 0.23-0.29 against 0.37-0.98,
  * all-reduce about even; perftests/probes/sched_model's RULE 1 is the same rule).
  */
+static void gate_balance(direct_gate_t *g, int cur);
+
 HOT_PATH static void gate_park(void *arg)
 {
     direct_gate_t *g = arg;
     direct_sched_t *me = &hdr(g->v, g->v->rank)->sched;
-    __atomic_store_n(&me->cpu, sched_getcpu(), __ATOMIC_RELAXED);
+    int cpu = sched_getcpu();
+    __atomic_store_n(&me->cpu, cpu, __ATOMIC_RELAXED);
+    if (g->balance)
+        gate_balance(g, cpu);
     __atomic_store_n(&me->rank, g->rank, __ATOMIC_RELAXED);
     __atomic_store_n(&me->off, g->off, __ATOMIC_RELAXED);
     __atomic_store_n(&me->s, g->s, __ATOMIC_RELAXED);
@@ -107,10 +112,89 @@ HOT_PATH static int gate_yield_useful(void *arg)
     return 0;
 }
 
-void direct_gate_init(direct_gate_t *g, const direct_view_t *v)
+/*
+ * Balance. Unbound ranks that outnumber the cores are placed by the kernel, which keeps them even
+ * (2 and 2 on 2 cores) until some other task runs for a while on one core: then it moves a rank
+ * to the other core (1 and 3), and it takes 60-170 ms to move one back. Here that happened about
+ * once a second (perf: sched:sched_migrate_task), and a 4-rank 8 B all-reduce took 16-18 us a
+ * call meanwhile against 6-8. mpirun's binding (--bind-to core:overload-allowed) keeps them
+ * even but costs the large sizes (4 ranks, 4-64 MiB all-reduce: 1.3-1.7x the time), where the
+ * kernel's placement helps. So a rank that parks on a CPU holding two ranks more than the
+ * least crowded one (and is the highest-numbered there, so one rank moves at a time) moves
+ * itself there (sched_setaffinity to that CPU alone) and at once puts its affinity back, which
+ * leaves it where it is until the kernel moves it again.
+ */
+int direct_gate_balance_to(const int *cpu_of, int n, int me, const int *cpus, int ncpus)
+{
+    int cur = cpu_of[me], held[DIRECT_GATE_MAX_RANKS] = {0}, mine = -1;
+    if (ncpus < 2 || ncpus > DIRECT_GATE_MAX_RANKS)
+        return -1;
+    for (int k = 0; k < ncpus; k++)
+        if (cpus[k] == cur)
+            mine = k;
+    if (mine < 0)
+        return -1;
+    for (int q = 0; q < n; q++) {
+        if (q > me && cpu_of[q] == cur)
+            return -1; /* a higher-numbered rank here moves first */
+        for (int k = 0; k < ncpus; k++)
+            if (cpus[k] == cpu_of[q])
+                held[k]++;
+    }
+    int least = mine;
+    for (int k = 0; k < ncpus; k++)
+        if (held[k] < held[least])
+            least = k;
+    return held[mine] - held[least] >= 2 ? cpus[least] : -1;
+}
+
+static __attribute__((noinline)) void gate_balance(direct_gate_t *g, int cur)
+{
+    const direct_view_t *v = g->v;
+    int cpu_of[DIRECT_GATE_MAX_RANKS];
+    for (int q = 0; q < v->nranks; q++)
+        cpu_of[q] = q == v->rank ? cur : __atomic_load_n(&hdr(v, q)->sched.cpu, __ATOMIC_RELAXED);
+    int to = direct_gate_balance_to(cpu_of, v->nranks, v->rank, g->cpus, g->ncpus);
+    if (to < 0)
+        return;
+    int64_t now = fifo_now_ns();
+    if (g->moves != 0 && now - g->moved_ns < DIRECT_GATE_MOVE_GAP_NS)
+        return;
+    g->moved_ns = now;
+    cpu_set_t was, one;
+    CPU_ZERO(&one);
+    CPU_SET(to, &one);
+    /* Someone narrowed this thread's affinity since: theirs to keep; stop moving. */
+    if (sched_getaffinity(0, sizeof(was), &was) != 0 || CPU_COUNT(&was) < 2 ||
+        !CPU_ISSET(to, &was) || sched_setaffinity(0, sizeof(one), &one) != 0) {
+        g->balance = 0;
+        return;
+    }
+    if (sched_setaffinity(0, sizeof(was), &was) != 0)
+        WARN(SUB_COLL, "rank %d: could not put its CPU affinity back after moving to cpu %d",
+             v->rank, to);
+    int now_cpu = sched_getcpu();
+    __atomic_store_n(&hdr(v, v->rank)->sched.cpu, now_cpu, __ATOMIC_RELAXED);
+    g->moves++;
+    INFO(SUB_COLL, "local rank %d moved from cpu %d to cpu %d (a crowded CPU; move %u)", v->rank,
+         cur, now_cpu, g->moves);
+}
+
+void direct_gate_init(direct_gate_t *g, const direct_view_t *v, int balance)
 {
     *g = (direct_gate_t){.gate = {gate_park, gate_yield_useful, gate_unpark, g}, .v = v};
     __atomic_store_n(&hdr(v, v->rank)->sched.cpu, -1, __ATOMIC_RELAXED);
+    cpu_set_t mask;
+    if (!balance || v->nranks > DIRECT_GATE_MAX_RANKS ||
+        sched_getaffinity(0, sizeof(mask), &mask) != 0)
+        return;
+    for (int c = 0; c < CPU_SETSIZE && g->ncpus <= DIRECT_GATE_MAX_RANKS; c++)
+        if (CPU_ISSET(c, &mask)) {
+            if (g->ncpus < DIRECT_GATE_MAX_RANKS)
+                g->cpus[g->ncpus] = c;
+            g->ncpus++;
+        }
+    g->balance = g->ncpus >= 2 && g->ncpus <= DIRECT_GATE_MAX_RANKS;
 }
 
 /* Wait until rank r's flag (ready, reduced or done, at offset off in its header) reaches s. */

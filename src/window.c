@@ -335,8 +335,11 @@ out:
         n <= DIRECT_GATE_MAX_RANKS && comm->params.wait_gate ? &comm->win_gate : NULL,
         comm->over ? 0 : STREAM_WIN_NBYTES,
         &comm->win_slot};
+    /* Balance only where this window's ranks are all the machine's, and they outnumber its
+     * cores (direct_win.c). */
     if (comm->win_view.gate != NULL)
-        direct_gate_init(&comm->win_gate, &comm->win_view);
+        direct_gate_init(&comm->win_gate, &comm->win_view,
+                         comm->params.wait_balance && comm->over && comm->machine_ranks == n);
     INFO(SUB_INIT, "direct windows: %d ranks x 2 buffers of %zu bytes; zero-copy %s", n, bufsz,
          (all & 2) ? "on" : "off");
     return chorusSuccess;

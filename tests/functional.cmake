@@ -22,7 +22,8 @@ add_library(chorus_test_harness STATIC support/harness.c)
 target_include_directories(chorus_test_harness PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/support)
 target_link_libraries(chorus_test_harness PUBLIC chorus_internal Threads::Threads)
 
-foreach(t p2p stream invalid split env_init uniqueid lifecycle wait_gate shm_segment)
+foreach(t p2p stream invalid split env_init uniqueid lifecycle wait_gate wait_balance
+        shm_segment)
     add_executable(test_${t} test_${t}.c)
     target_link_libraries(test_${t} chorus_test_harness)
 endforeach()
@@ -61,6 +62,7 @@ chorus_add_test(NAME uniqueid COMMAND test_uniqueid TIMEOUT 120 LABELS functiona
 chorus_add_test(NAME lifecycle COMMAND test_lifecycle TIMEOUT 120 LABELS functional)
 
 chorus_add_test(NAME wait_gate COMMAND test_wait_gate TIMEOUT 60 LABELS functional)
+chorus_add_test(NAME wait_balance COMMAND test_wait_balance TIMEOUT 120 LABELS functional)
 
 chorus_add_test(NAME shm_segment COMMAND test_shm_segment TIMEOUT 60 LABELS functional)
 

@@ -65,7 +65,7 @@ static void decisions(void)
                        .done_seen = done_seen,
                        .done = &done,
                        .gate = &g};
-    direct_gate_init(&g, &v);
+    direct_gate_init(&g, &v, 0);
     int (*useful)(void *) = g.gate.yield_useful;
     int cpu = sched_getcpu();
     CHECK(cpu == 0, "pinned to CPU 0, running on %d", cpu);
