@@ -114,12 +114,12 @@ HOT_PATH static int gate_yield_useful(void *arg)
 
 /*
  * Balance. Unbound ranks that outnumber the cores are placed by the kernel, which keeps them even
- * (2 and 2 on 2 cores) until some other task runs for a while on one core: then it moves a rank
- * to the other core (1 and 3), and it takes 60-170 ms to move one back. Here that happened about
- * once a second (perf: sched:sched_migrate_task), and a 4-rank 8 B all-reduce took 16-18 us a
- * call meanwhile against 6-8. mpirun's binding (--bind-to core:overload-allowed) keeps them
- * even but costs the large sizes (4 ranks, 4-64 MiB all-reduce: 1.3-1.7x the time), where the
- * kernel's placement helps. So a rank that parks on a CPU holding two ranks more than the
+ * (2 and 2 on 2 cores) until it moves one to the other core (1 and 3; what sets that off was not
+ * found), and it takes 60-170 ms to move one back. Here that happened about once a second
+ * (perf: sched:sched_migrate_task), and a 4-rank 8 B-2 KiB all-reduce took 15-21 us a call
+ * meanwhile against 6-8. mpirun's binding (--bind-to core:overload-allowed) keeps them even but
+ * costs the large sizes (4 ranks, 4-64 MiB all-reduce: 1.1-2x the time), where the kernel's
+ * placement helps. So a rank that parks on a CPU holding two ranks more than the
  * least crowded one (and is the highest-numbered there, so one rank moves at a time) moves
  * itself there (sched_setaffinity to that CPU alone) and at once puts its affinity back, which
  * leaves it where it is until the kernel moves it again. It looks every DIRECT_GATE_BALANCE_EVERY
