@@ -188,11 +188,14 @@ typedef struct direct_gate {
     int balance;
     int ncpus;
     int cpus[DIRECT_GATE_MAX_RANKS];
-    int64_t moved_ns; /* when it last moved (one move per DIRECT_GATE_MOVE_GAP_NS at most) */
+    int64_t moved_ns; /* when it last moved or looked at the machine's load (gate_balance) */
+    int64_t gap_ns; /* the least time from one such look to the next (backs off) */
     uint32_t moves;
+    uint32_t skipped; /* moves not made: other tasks wanted the CPUs */
     uint32_t parks; /* parks so far: it looks at every DIRECT_GATE_BALANCE_EVERY-th */
 } direct_gate_t;
 #define DIRECT_GATE_MOVE_GAP_NS (20LL * 1000 * 1000)
+#define DIRECT_GATE_MOVE_GAP_MAX_NS (5LL * 1000 * 1000 * 1000)
 #define DIRECT_GATE_BALANCE_EVERY 16
 /* Set up g for v (whose gate it becomes): this rank's CPU not said yet. balance: move off
  * crowded CPUs (set where the machine's ranks, all of them in v, outnumber its cores); kept only

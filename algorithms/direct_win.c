@@ -3,9 +3,12 @@
  * the window layout are described in direct.c and algo.h).
  */
 #define _GNU_SOURCE /* sched_getcpu */
+#include <fcntl.h>
 #include <sched.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "debug.h"
 #include "direct_win.h"
@@ -150,6 +153,22 @@ int direct_gate_balance_to(const int *cpu_of, int n, int me, const int *cpus, in
     return held[mine] - held[least] >= 2 ? cpus[least] : -1;
 }
 
+/* The machine's runnable tasks now (/proc/stat's procs_running, this one included), or -1. */
+static int procs_running(void)
+{
+    char buf[4096];
+    int fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t got = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (got <= 0)
+        return -1;
+    buf[got] = '\0';
+    const char *at = strstr(buf, "\nprocs_running ");
+    return at != NULL ? atoi(at + 15) : -1;
+}
+
 static __attribute__((noinline)) void gate_balance(direct_gate_t *g, int cur)
 {
     const direct_view_t *v = g->v;
@@ -160,9 +179,26 @@ static __attribute__((noinline)) void gate_balance(direct_gate_t *g, int cur)
     if (to < 0)
         return;
     int64_t now = fifo_now_ns();
-    if (g->moves != 0 && now - g->moved_ns < DIRECT_GATE_MOVE_GAP_NS)
-        return;
+    if (g->moves != 0 || g->skipped != 0) {
+        int64_t since = now - g->moved_ns;
+        if (since < g->gap_ns)
+            return;
+        /* Crowded again soon after its last look: the kernel moved it (or another) back, or
+         * other tasks run (below). Each such look doubles the gap, up to 5 s; one four gaps
+         * after the last resets it. */
+        g->gap_ns = since < 4 * g->gap_ns ? (g->gap_ns * 2 < DIRECT_GATE_MOVE_GAP_MAX_NS
+                                                 ? g->gap_ns * 2
+                                                 : DIRECT_GATE_MOVE_GAP_MAX_NS)
+                                          : DIRECT_GATE_MOVE_GAP_NS;
+    }
     g->moved_ns = now;
+    /* Other tasks want the CPUs too: the kernel weighs them, this rule does not; leave the
+     * placement to it. */
+    int running = procs_running();
+    if (running < 0 || running > v->nranks) {
+        g->skipped++;
+        return;
+    }
     cpu_set_t was, one;
     CPU_ZERO(&one);
     CPU_SET(to, &one);
@@ -184,7 +220,9 @@ static __attribute__((noinline)) void gate_balance(direct_gate_t *g, int cur)
 
 void direct_gate_init(direct_gate_t *g, const direct_view_t *v, int balance)
 {
-    *g = (direct_gate_t){.gate = {gate_park, gate_yield_useful, gate_unpark, g}, .v = v};
+    *g = (direct_gate_t){.gate = {gate_park, gate_yield_useful, gate_unpark, g},
+                         .v = v,
+                         .gap_ns = DIRECT_GATE_MOVE_GAP_NS};
     __atomic_store_n(&hdr(v, v->rank)->sched.cpu, -1, __ATOMIC_RELAXED);
     cpu_set_t mask;
     if (!balance || v->nranks > DIRECT_GATE_MAX_RANKS ||

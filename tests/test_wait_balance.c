@@ -9,12 +9,15 @@
  *    a rank on a CPU outside the list, or with fewer than two CPUs, stays.
  * 2. Four thread ranks on two CPUs (the process held to the first two it may use, so the ranks
  *    outnumber its cores), after a first call placed 3 and 1 by the test (each thread pinned to
- *    one CPU, then its affinity put back to both), then 2000 8-byte all-reduces: rank 2 (the
- *    highest-numbered on the crowded CPU) moves at least once, the ranks end 2 and 2, every
- *    thread's affinity is the two CPUs again, every result is right. Up to five tries (the
- *    kernel may move a rank first). The same with CHORUS_WAIT_BALANCE=0: no rank moves, results
- *    right.
- * Exit 0: all passed; 1: a check failed; 77: SKIP (fewer than two CPUs).
+ *    one CPU, then its affinity put back to both), then 2000 8-byte all-reduces: a rank moves
+ *    (rank 2, the highest-numbered on the crowded CPU, unless the kernel crowded them further),
+ *    every thread's affinity is the two CPUs again, every result is right. Up to five tries (the
+ * kernel may move a rank first). Where other tasks ran in every try (a rank then leaves the
+ * placement to the kernel, and counts the move it did not make), that part prints SKIP. Where the
+ * ranks end is printed, not judged: the kernel may move them again. The same with
+ *    CHORUS_WAIT_BALANCE=0: no rank moves, results right.
+ * Exit 0: all passed; 1: a check failed; 77: SKIP (fewer than two CPUs, or the machine busy in
+ * every try of part 2).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -33,6 +36,7 @@
 #define CALLS 2000
 
 static int cpu_pair[2];
+static int skip_moves; /* the placement test could not run: the machine was busy */
 static cpu_set_t pair_set;
 static pthread_barrier_t start;
 
@@ -117,7 +121,7 @@ static void *rank_main(void *arg)
 
 /* One try: NR thread ranks placed 3 and 1, CALLS all-reduces; moves[r] from each rank's gate.
  * Returns 0 when the run itself failed (already reported). */
-static int one_try(uint32_t moves[NR], int ends_on[2], int *masks_ok)
+static int one_try(uint32_t moves[NR], uint32_t skipped[NR], int ends_on[2], int *masks_ok)
 {
     chorusComm_t comms[NR];
     if (harness_init_all(comms, NR) != 0)
@@ -143,6 +147,7 @@ static int one_try(uint32_t moves[NR], int ends_on[2], int *masks_ok)
         CHECK(k[r].wrong == 0, "rank %d: %ld wrong results of %d", r, k[r].wrong, CALLS);
         ok &= k[r].res == chorusSuccess && k[r].wrong == 0;
         moves[r] = comms[r]->win_gate.moves;
+        skipped[r] = comms[r]->win_gate.skipped;
         for (int c = 0; c < 2; c++)
             ends_on[c] += k[r].cpu_end == cpu_pair[c];
         *masks_ok &= k[r].mask_ok;
@@ -154,24 +159,34 @@ static int one_try(uint32_t moves[NR], int ends_on[2], int *masks_ok)
 static void moves(void)
 {
     long before = harness_failures;
-    uint32_t m[NR];
-    int ends_on[2], masks_ok = 0, tries = 0, moved = 0;
+    uint32_t m[NR], sk[NR];
+    int ends_on[2], masks_ok = 0, tries = 0, moved = 0, busy = 0;
     while (tries < 5 && !moved) {
         tries++;
-        if (!one_try(m, ends_on, &masks_ok))
+        if (!one_try(m, sk, ends_on, &masks_ok))
             break;
-        moved = m[2] >= 1 && ends_on[0] == 2 && ends_on[1] == 2;
-        printf("try %d: moves %u %u %u %u, ranks end %d on cpu %d and %d on cpu %d\n", tries, m[0],
-               m[1], m[2], m[3], ends_on[0], cpu_pair[0], ends_on[1], cpu_pair[1]);
+        moved = m[0] + m[1] + m[2] + m[3] >= 1;
+        busy += !moved && sk[0] + sk[1] + sk[2] + sk[3] != 0;
+        printf("try %d: moves %u %u %u %u, not made (other tasks running) %u %u %u %u; ranks end "
+               "%d on cpu %d and %d on cpu %d\n",
+               tries, m[0], m[1], m[2], m[3], sk[0], sk[1], sk[2], sk[3], ends_on[0], cpu_pair[0],
+               ends_on[1], cpu_pair[1]);
         CHECK(masks_ok, "a rank's affinity is not the two CPUs after the calls");
     }
-    CHECK(moved, "in %d tries, rank 2 never moved off the crowded CPU to end 2 and 2", tries);
-    harness_report(before, "a rank on a CPU crowded 3 to 1 moves to the other and puts its "
-                           "affinity back; results right");
+    if (!moved && busy == tries) {
+        printf("SKIP: the machine ran other tasks in every try (procs_running above %d), where "
+               "ranks leave their placement to the kernel\n",
+               NR);
+        skip_moves = 1;
+    } else {
+        CHECK(moved, "in %d tries, no rank moved off the crowded CPU", tries);
+        harness_report(before, "a rank on a CPU crowded 3 to 1 moves to the other and puts its "
+                               "affinity back; results right");
+    }
 
     before = harness_failures;
     setenv("CHORUS_WAIT_BALANCE", "0", 1);
-    if (one_try(m, ends_on, &masks_ok))
+    if (one_try(m, sk, ends_on, &masks_ok))
         CHECK(m[0] + m[1] + m[2] + m[3] == 0, "CHORUS_WAIT_BALANCE=0, yet ranks moved: %u %u %u %u",
               m[0], m[1], m[2], m[3]);
     unsetenv("CHORUS_WAIT_BALANCE");
@@ -202,5 +217,10 @@ int main(void)
         return harness_finish("test_wait_balance");
     }
     moves();
+    if (skip_moves && harness_failures == 0) {
+        printf("SKIP test_wait_balance: the decisions passed; the placement test needs an idle "
+               "machine\n");
+        return 77;
+    }
     return harness_finish("test_wait_balance");
 }
