@@ -6,7 +6,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stddef.h>
-#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -153,11 +153,12 @@ int direct_gate_balance_to(const int *cpu_of, int n, int me, const int *cpus, in
     return held[mine] - held[least] >= 2 ? cpus[least] : -1;
 }
 
-/* The machine's runnable tasks now (/proc/stat's procs_running, this one included), or -1. */
-static int procs_running(void)
+/* The machine's runnable tasks now, this one included (/proc/loadavg's fourth field, the
+ * count /proc/stat calls procs_running), or -1. */
+static int tasks_running(void)
 {
-    char buf[4096];
-    int fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
     ssize_t got = read(fd, buf, sizeof(buf) - 1);
@@ -165,8 +166,8 @@ static int procs_running(void)
     if (got <= 0)
         return -1;
     buf[got] = '\0';
-    const char *at = strstr(buf, "\nprocs_running ");
-    return at != NULL ? atoi(at + 15) : -1;
+    int running = -1;
+    return sscanf(buf, "%*s %*s %*s %d/", &running) == 1 ? running : -1;
 }
 
 static __attribute__((noinline)) void gate_balance(direct_gate_t *g, int cur)
@@ -194,7 +195,7 @@ static __attribute__((noinline)) void gate_balance(direct_gate_t *g, int cur)
     g->moved_ns = now;
     /* Other tasks want the CPUs too: the kernel weighs them, this rule does not; leave the
      * placement to it. */
-    int running = procs_running();
+    int running = tasks_running();
     if (running < 0 || running > v->nranks) {
         g->skipped++;
         return;

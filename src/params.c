@@ -54,8 +54,9 @@ static const param_def_t param_table[] = {
     {"CHORUS_WAIT_GATE", PT_INT, "1", 0, 1, OFF(wait_gate),
      "1: a one-host wait spins on where yielding would run no rank able to move on; 0: yields"},
     {"CHORUS_WAIT_BALANCE", PT_INT, "1", 0, 1, OFF(wait_balance),
-     "1: where the machine's ranks outnumber its cores, a rank that waits on a CPU holding two "
-     "of them more than another moves itself there (its affinity put back at once); 0: never"},
+     "1: where the machine's ranks outnumber its cores and no other task runs, a rank that waits "
+     "on a CPU holding two of them more than another moves itself there (its affinity put back "
+     "at once); 0: never"},
     {"CHORUS_DIRECT_BUFFSIZE", PT_BYTES, "512K", 4096, 1 << 30, OFF(direct_buffsize),
      "bytes of each of the two buffers of a rank's node-local window (one-shot, two-shot)"},
     {"CHORUS_NT_MIN_BYTES", PT_BYTES, "64M", 0, BIG, OFF(nt_min_bytes),

@@ -174,8 +174,8 @@ static void moves(void)
         CHECK(masks_ok, "a rank's affinity is not the two CPUs after the calls");
     }
     if (!moved && busy == tries) {
-        printf("SKIP: the machine ran other tasks in every try (procs_running above %d), where "
-               "ranks leave their placement to the kernel\n",
+        printf("SKIP: the machine ran other tasks in every try (more runnable than its %d ranks), "
+               "where ranks leave their placement to the kernel\n",
                NR);
         skip_moves = 1;
     } else {
