@@ -39,6 +39,7 @@ static int cpu_pair[2];
 static int skip_moves; /* the placement test could not run: the machine was busy */
 static cpu_set_t pair_set;
 static pthread_barrier_t start;
+static int first_failed; /* a rank's first call failed: none goes on (they would wait for it) */
 
 static void decisions(void)
 {
@@ -100,8 +101,10 @@ static void *rank_main(void *arg)
      * leaves them until its balancer moves one (tens of ms here). */
     float in0[2] = {1, 1}, out0[2];
     k->res = chorusAllReduce(in0, out0, 2, chorusFloat32, chorusSum, k->comm, NULL);
-    pthread_barrier_wait(&start);
     if (k->res != chorusSuccess)
+        __atomic_store_n(&first_failed, 1, __ATOMIC_RELEASE);
+    pthread_barrier_wait(&start);
+    if (__atomic_load_n(&first_failed, __ATOMIC_ACQUIRE))
         return NULL;
     if (sched_setaffinity(0, sizeof(one), &one) != 0 ||
         sched_setaffinity(0, sizeof(pair_set), &pair_set) != 0) {
