@@ -20,6 +20,8 @@ void host_reduce(void *dst, const void *a, const void *b, size_t count, chorusDa
                  chorusRedOp_t op);
 void host_divide(void *dst, const void *src, size_t count, chorusDataType_t dtype,
                  uint64_t divisor);
+void host_reduce_n(void *dst, const void *const *src, int nsrc, size_t count,
+                   chorusDataType_t dtype, chorusRedOp_t op);
 
 /* In-place steps call copy with dst == src; memcpy on identical ranges is undefined, so skip. */
 static void host_copy(void *dst, const void *src, size_t nbytes)
@@ -112,6 +114,7 @@ const memops_ops_t host_memops = {
     .copy_dup = host_copy_dup,
     .reduce = host_reduce,
     .divide = host_divide,
+    .reduce_n = host_reduce_n,
 };
 
 const char *dtype_name(chorusDataType_t dtype)

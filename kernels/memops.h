@@ -32,6 +32,11 @@ typedef struct memops_ops {
     /* dst[i] = src[i] / divisor (avg's last step; integer division, truncating, for integers). */
     void (*divide)(void *dst, const void *src, size_t count, chorusDataType_t dtype,
                    uint64_t divisor);
+    /* dst[i] = src[0][i] op src[1][i] op ... op src[nsrc - 1][i], left to right (nsrc >= 1):
+     * the same bits as reduce applied nsrc - 1 times into dst; dst may be src[0], no other
+     * source. NULL where the backend has none (callers then chain reduce). */
+    void (*reduce_n)(void *dst, const void *const *src, int nsrc, size_t count,
+                     chorusDataType_t dtype, chorusRedOp_t op);
 } memops_ops_t;
 
 extern const memops_ops_t host_memops;

@@ -366,6 +366,89 @@ static void test_reduce_matrix(void)
 
 /* ---- Overflow and float min/max corner cases ---- */
 
+/* reduce_n against reduce applied nsrc - 1 times (its contract: the same bits), on inputs that
+ * include, for float32/float64, NaNs and zeros of both signs in different sources (max/min then
+ * depend on the order of the operands). Counts cross the inline limit (256 bytes); offsets cover
+ * aligned, element-shifted and misaligned sources; dst apart or dst == src[0]. */
+enum { RN_MAXSRC = 8, RN_MAXCOUNT = 300 };
+
+static void test_reduce_n(void)
+{
+    long before = harness_failures, calls = 0;
+    static unsigned char srcbuf[RN_MAXSRC][RN_MAXCOUNT * 8 + 2 * GUARD], dbuf[BUF], want[BUF];
+    size_t counts[] = {1, 2, 7, 14, 31, 32, 33, 63, 64, 65, 129, 257, RN_MAXCOUNT};
+    int nsrcs[] = {1, 2, 3, 4, 7, 8};
+    for (size_t t = 0; t < NTYPES; t++) {
+        size_t es = types[t].nbytes;
+        for (int op = 0; op < chorusNumOps; op++)
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+                for (size_t ns = 0; ns < sizeof(nsrcs) / sizeof(nsrcs[0]); ns++)
+                    for (int o = 0; o < 3; o++)
+                        for (int in_place = 0; in_place < 2; in_place++) {
+                            size_t n = counts[c];
+                            int nsrc = nsrcs[ns];
+                            const void *src[RN_MAXSRC];
+                            /* o 0: all aligned; 1: sources shifted by whole elements; 2: one
+                             * source misaligned by a byte (the chain's bounce path) */
+                            size_t doff = o == 2 ? 1 : 0;
+                            unsigned char *d = dbuf + GUARD + doff;
+                            memset(dbuf, 0x5a, BUF);
+                            for (int k = 0; k < nsrc; k++) {
+                                size_t off = o == 0 ? 0 : o == 1 ? (size_t)k * es : (k == 1);
+                                unsigned char *sp = srcbuf[k] + GUARD + off;
+                                for (size_t i = 0; i < n; i++) {
+                                    store(t, sp + i * es, gen(t, k, i));
+                                    if (types[t].dtype == chorusFloat32 && i % 13 == 3 && k == 1) {
+                                        float f = NAN;
+                                        memcpy(sp + i * es, &f, 4);
+                                    } else if (types[t].dtype == chorusFloat64 && i % 11 == 2 &&
+                                               k == nsrc - 1) {
+                                        double x = NAN;
+                                        memcpy(sp + i * es, &x, 8);
+                                    } else if ((types[t].kind == KIND_FLOAT) && i % 7 == 1) {
+                                        double z = (k % 2) ? 0.0 : -0.0;
+                                        float zf = (float)z;
+                                        memcpy(sp + i * es, es == 4 ? (void *)&zf : (void *)&z, es);
+                                    }
+                                }
+                                src[k] = sp;
+                            }
+                            if (in_place) {
+                                memcpy(d, src[0], n * es);
+                                src[0] = d;
+                            }
+                            /* Expected: the chain of reduce calls, into want at the same place */
+                            memcpy(want, dbuf, BUF);
+                            unsigned char *w = want + (d - dbuf);
+                            if (nsrc == 1) {
+                                memcpy(w, src[0], n * es);
+                            } else {
+                                host_memops.reduce(w, src[0], src[1], n, types[t].dtype,
+                                                   (chorusRedOp_t)op);
+                                for (int k = 2; k < nsrc; k++)
+                                    host_memops.reduce(w, w, src[k], n, types[t].dtype,
+                                                       (chorusRedOp_t)op);
+                            }
+                            host_memops.reduce_n(d, src, nsrc, n, types[t].dtype,
+                                                 (chorusRedOp_t)op);
+                            calls++;
+                            if (memcmp(dbuf, want, BUF) != 0) {
+                                size_t i = 0;
+                                while (dbuf[i] == want[i])
+                                    i++;
+                                CHECK(0,
+                                      "reduce_n %s %s count %zu nsrc %d offsets %d in place %d: "
+                                      "byte %zd differs from the chain of reduce calls",
+                                      types[t].name, op_names[op], n, nsrc, o, in_place,
+                                      (ptrdiff_t)i - (d - dbuf));
+                            }
+                        }
+    }
+    printf("  %ld reduce_n calls checked\n", calls);
+    harness_report(before, "reduce_n: the same bits as chained reduce calls (10 dtypes x 5 ops x "
+                           "1-8 sources x counts 1-300 x alignment x dst == src[0]; NaNs, +-0)");
+}
+
 static void test_corners(void)
 {
     long before = harness_failures;
@@ -699,6 +782,7 @@ int main(int argc, char **argv)
     test_names_and_copy();
     test_copy_out_dup();
     test_reduce_matrix();
+    test_reduce_n();
     test_corners();
     test_conversions();
     test_divide();
@@ -716,6 +800,7 @@ int main(int argc, char **argv)
     test_16bit_all_values(path);
     host_reduce_force_portable(1);
     test_reduce_matrix();
+    test_reduce_n();
     test_16bit_all_values("forced portable");
     host_reduce_force_portable(0);
     if (f16c) {
