@@ -93,11 +93,11 @@ void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, size_t
  * then sleeps on r's ready flag (set after them). */
 chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
                               size_t nbytes);
-/* Write src[0, nbytes) (up to DIRECT_LINES_NBYTES) as piece s's tagged lines; then the ready
- * flag. */
+/* Write src[0, nbytes) (up to DIRECT_LINES_NBYTES) as piece s's tagged lines (no ready flag:
+ * readers wait on the lines; their sleepers are woken). */
 void direct_lines_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes);
 /* Copy bytes [first, first + nbytes) of rank r's tagged lines of piece s into dst: passes over
- * the lines that hold them until all carry s, then sleeps on r's ready flag (set after them). */
+ * the lines that hold them until all carry s, then waits on the last one's number. */
 chorusResult_t direct_lines_read(prims_t *p, const direct_view_t *v, int r, uint64_t s,
                                  size_t first, void *dst, size_t nbytes);
 /* out = tagged-line input of rank 0 op rank 1 op ... (rank order), each from byte first;

@@ -308,6 +308,19 @@ HOT_PATH chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wa
     return wait_word(&f->value, &f->sleepers, NULL, transport, target, w, what);
 }
 
+HOT_PATH chorusResult_t fifo_wait_word(uint64_t *counter, uint32_t *sleepers, uint64_t target,
+                                       const wait_ctx_t *w, const char *transport, const char *what)
+{
+    if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
+        return chorusSuccess;
+    return wait_word(counter, sleepers, NULL, transport, target, w, what);
+}
+
+void fifo_wake(uint64_t *counter)
+{
+    futex_wake_all(counter);
+}
+
 HOT_PATH static void publish(uint64_t *counter, uint32_t *sleepers, uint64_t value)
 {
     __atomic_store_n(counter, value, __ATOMIC_RELEASE);

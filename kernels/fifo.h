@@ -128,6 +128,12 @@ chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wait_ctx_t 
                               const char *transport, const char *what);
 /* Publish value (release) and wake its sleepers. */
 void fifo_set_flag(fifo_flag_t *f, uint64_t value);
+/* The same wait on any counter whose writer checks sleepers after each store (fifo_set_flag's
+ * order: store, fifo_fence_light, then the sleepers word) and calls fifo_wake when it is not 0. */
+chorusResult_t fifo_wait_word(uint64_t *counter, uint32_t *sleepers, uint64_t target,
+                              const wait_ctx_t *w, const char *transport, const char *what);
+/* Wake every waiter sleeping on counter. */
+void fifo_wake(uint64_t *counter);
 
 /* Producer: wait for a free slot, return its address. */
 chorusResult_t fifo_wait_send(conn_t *c, const wait_ctx_t *w, void **slot_p);

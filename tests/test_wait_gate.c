@@ -208,11 +208,110 @@ static void late_peer(void)
                            "of CPU)");
 }
 
+/* A rank that sleeps waiting on a tagged line is woken by the writer (direct_lines_write), not
+ * by its sleep's time slice running out (20 ms): 2 ranks, 8 B and 128 B (three lines; the
+ * reader sleeps on the last) all-reduces where rank 1 comes 30 ms late; rank 0's call must
+ * return soon after rank 1's starts (median of 6 rounds of each size under 5 ms; a lost wake-up
+ * makes it about 10). */
+#define WAKE_ROUNDS 12
+
+typedef struct wake {
+    chorusComm_t comm;
+    int rank;
+    pthread_barrier_t *bar;
+    double t[WAKE_ROUNDS]; /* rank 1: when its call started; rank 0: when its call returned */
+    int bad;
+    chorusResult_t res;
+} wake_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *wake_rank(void *arg)
+{
+    wake_t *w = arg;
+    float in[32], out[32];
+    for (int i = 0; i < 32; i++)
+        in[i] = (float)(i + 100 * w->rank);
+    w->res = chorusAllReduce(in, out, 32, chorusFloat32, chorusSum, w->comm, NULL);
+    for (int k = 0; k < WAKE_ROUNDS && w->res == chorusSuccess; k++) {
+        size_t count = k % 2 ? 32 : 2;
+        pthread_barrier_wait(w->bar);
+        if (w->rank == 1) {
+            struct timespec ts = {0, 30 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            w->t[k] = now_s();
+        }
+        w->res = chorusAllReduce(in, out, count, chorusFloat32, chorusSum, w->comm, NULL);
+        if (w->rank == 0)
+            w->t[k] = now_s();
+        for (size_t i = 0; i < count; i++)
+            w->bad += out[i] != (float)(2 * i + 100);
+    }
+    /* the other rank must not wait at a barrier this one left */
+    for (int k = 0; k < WAKE_ROUNDS && w->res != chorusSuccess; k++)
+        pthread_barrier_wait(w->bar);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void lines_wake(void)
+{
+    long before = harness_failures;
+    chorusComm_t comms[2];
+    if (chorusCommInitAll(comms, 2, NULL) != chorusSuccess) {
+        FAIL("chorusCommInitAll: %s", chorusGetLastError(NULL));
+        return;
+    }
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 2);
+    wake_t w[2];
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) {
+        w[r] = (wake_t){.comm = comms[r], .rank = r, .bar = &bar, .res = chorusSuccess};
+        pthread_create(&t[r], NULL, wake_rank, &w[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(t[r], NULL);
+    pthread_barrier_destroy(&bar);
+    for (int r = 0; r < 2; r++) {
+        CHECK_OK(w[r].res);
+        CHECK(w[r].bad == 0, "rank %d: %d wrong elements", r, w[r].bad);
+    }
+    for (int size = 0; size < 2 && w[0].res == chorusSuccess && w[1].res == chorusSuccess; size++) {
+        double lag[WAKE_ROUNDS / 2];
+        for (int k = 0; k < WAKE_ROUNDS / 2; k++)
+            lag[k] = (w[0].t[2 * k + size] - w[1].t[2 * k + size]) * 1e3;
+        qsort(lag, WAKE_ROUNDS / 2, sizeof(double), cmp_double);
+        double med = (lag[WAKE_ROUNDS / 4 - 1] + lag[WAKE_ROUNDS / 4]) / 2;
+        printf("%s: rank 0 returned %.3f ms (median; least %.3f, most %.3f) after rank 1's late "
+               "call started\n",
+               size ? "128 B" : "8 B", med, lag[0], lag[WAKE_ROUNDS / 2 - 1]);
+        CHECK(med < 5.0,
+              "%s: rank 0 returned %.3f ms (median) after rank 1's call started: its sleep on "
+              "the tagged line was not woken",
+              size ? "128 B" : "8 B", med);
+    }
+    harness_destroy_all(comms, 2);
+    harness_report(before, "a rank asleep on a tagged line is woken by its writer (8 B and 128 B "
+                           "all-reduce, the peer 30 ms late)");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("test_wait_gate (pid %d)\n", (int)getpid());
     decisions();
     late_peer();
+    lines_wake();
     return harness_finish("test_wait_gate");
 }
