@@ -133,13 +133,17 @@ typedef struct direct_line {
     unsigned char data[DIRECT_LINE_DATA];
 } direct_line_t;
 /* What a rank waits on once its wait may yield (fifo_gate_t; direct_win.c): written by the
- * rank, read by the ranks that may share its CPU. */
+ * rank, read by the ranks that may share its CPU. Its CPU has a line of its own, written only
+ * when it changes: every rank reads every rank's CPU before it yields, and a line written at
+ * every park would cross between the cores each time (the wait's fields are read only by ranks
+ * on the same CPU). */
 typedef struct direct_sched {
     uint32_t parked; /* 1 from the end of a wait's spin to the wait's end */
-    int32_t cpu; /* where it ran when it parked or last came back from a yield; -1: not yet */
     int32_t rank; /* it waits until this rank's flag, at byte off of that rank's header, */
     uint32_t off; /* reaches s */
     uint64_t s;
+    /* where it ran when it parked or last came back from a yield; -1: not yet */
+    _Alignas(64) int32_t cpu;
 } direct_sched_t;
 typedef struct direct_hdr {
     fifo_flag_t ready[2]; /* [s % 2]: the rank's input of piece s is in its buffer (or, up to 48

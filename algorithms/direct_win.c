@@ -65,7 +65,8 @@ HOT_PATH static void gate_park(void *arg)
     direct_gate_t *g = arg;
     direct_sched_t *me = &hdr(g->v, g->v->rank)->sched;
     int cpu = sched_getcpu();
-    __atomic_store_n(&me->cpu, cpu, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&me->cpu, __ATOMIC_RELAXED) != cpu)
+        __atomic_store_n(&me->cpu, cpu, __ATOMIC_RELAXED);
     if (g->balance && ++g->parks % DIRECT_GATE_BALANCE_EVERY == 0)
         gate_balance(g, cpu);
     __atomic_store_n(&me->rank, g->rank, __ATOMIC_RELAXED);
