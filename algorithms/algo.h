@@ -167,6 +167,9 @@ _Static_assert(sizeof(direct_hdr_t) <= DIRECT_HDR_NBYTES, "direct window header 
  * carried in the payload of its ready flag: the region's number in the owner's process (never 0),
  * the data's offset in the region and its address there, and the region's memfd there (a peer
  * maps /proc/<pid>/fd/<fd>) with its inode number (the peer checks it opened that memfd). */
+/* In a ready flag's payload, id DIRECT_REF_CMA names data its peers read with cma_read at addr
+ * (direct_view_t), not a chorusMemAlloc region. */
+#define DIRECT_REF_CMA UINT64_MAX
 typedef struct mem_ref {
     uint64_t id;
     uint64_t offset;
@@ -240,6 +243,13 @@ typedef struct direct_view {
     size_t *win_slot; /* how the last piece that used the buffers cut them: its slot's size
                        * (slotted pieces, above; the buffer size where not slotted);
                        * 0: none yet */
+    /* Cross-memory attach, NULL where off: copy nbytes of rank r's memory at addr (an address in
+     * its process) into dst; an error (set) when it cannot. All-gathers of cma_min_nbytes a rank
+     * and more use it (direct.c). */
+    chorusResult_t (*cma_read)(void *arg, int r, void *dst, uint64_t addr, size_t nbytes);
+    size_t cma_min_nbytes;
+    size_t cma_bcast_min_nbytes; /* broadcasts from this size; 0: never */
+    uint64_t *cma_reads; /* peers' inputs this rank has read so (tests look) */
 } direct_view_t;
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,

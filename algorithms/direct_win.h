@@ -85,6 +85,14 @@ chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, u
  * none. */
 chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, uint64_t *s_p, uint64_t lag,
                                   size_t win);
+/* 1 when a call moving nbytes a rank, from min bytes (v->cma_min_nbytes, or the broadcasts'),
+ * reads the peers' memory by cross-memory attach (direct_view_t.cma_read): the same answer on
+ * every rank (the size and what they agreed). */
+static inline int direct_cma_call(const direct_view_t *v, size_t nbytes, size_t min)
+{
+    return v->cma_read != NULL && min != 0 && nbytes >= min && nbytes > DIRECT_LL_NBYTES &&
+           nbytes > LINES_MAX_NBYTES;
+}
 /* Set this rank's ready flag of slotted piece s (no payload: see above). */
 void direct_slot_ready(const direct_view_t *v, uint64_t s);
 /* Write nbytes from src as LL words of piece s; then the ready flag. */

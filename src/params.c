@@ -78,6 +78,11 @@ static const param_def_t param_table[] = {
      "one-host reduce-scatters whose output is at least this many bytes, where the tuner takes "
      "the ring, run direct with every rank's input read in place when all are chorusMemAlloc "
      "memory (a flag round asks); 0: never"},
+    {"CHORUS_CMA_MIN", PT_BYTES, "16K", 0, BIG, OFF(cma_min),
+     "one-host all-gathers of at least this many bytes a rank, and broadcasts of at least this "
+     "many and 64 KiB where the ranks do not outnumber the cores, read each peer's input (the "
+     "root's) where it lies, any memory, with process_vm_readv (Linux cross-memory attach: one "
+     "copy where the window takes two); 0: never"},
     {"CHORUS_CUDA_P2P", PT_INT, "-1", -1, 1, OFF(cuda_p2p),
      "device buffers inside a machine GPU to GPU (1), staged via host (0); -1: 1 unless GPUs "
      "shared"},

@@ -112,6 +112,33 @@ foreach(algo oneshot twoshot)
   endforeach()
 endforeach()
 
+# Cross-memory attach (direct.c: all-gathers from CHORUS_CMA_MIN a rank, broadcasts from 64 KiB
+# where ranks do not outnumber cores, read each peer's input where it lies with process_vm_readv;
+# ranks of one process read it by address): malloc'd buffers as processes, 2 ranks (all-gather and
+# broadcast) and 3 (all-gather; CHORUS_CMA_MIN lowered to 4 KiB so 1031 elements of 4 bytes and
+# more take it too); chorusMemAlloc on even ranks (even: zero-copy refs and addresses in one call);
+# threads; and CHORUS_CMA_MIN=0, where none may. Each fails unless some rank read by it (on), or
+# if one did (off).
+if(MPI_C_FOUND)
+  chorus_add_test(NAME coll_cma_mpi_2 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --cma on)
+  chorus_add_test(NAME coll_cma_min4k_mpi_3 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3 -x CHORUS_ALGO=oneshot
+            -x CHORUS_CMA_MIN=4096
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --cma on)
+  chorus_add_test(NAME coll_cma_memalloc_even_mpi_2 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc even --cma on)
+  chorus_add_test(NAME coll_cma_off_mpi_2 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
+            -x CHORUS_CMA_MIN=0
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma off)
+endif()
+chorus_add_test(NAME coll_cma_threads_2 TIMEOUT 300
+  COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,1031,140000 --cma on
+  ENV CHORUS_ALGO=oneshot)
+
 # The zero-copy votes of large all-reduces, broadcasts and reduce-scatters (enqueue.c
 # run_zc_vote, direct.c) brought down to 4 KiB with the tuner free: chorusMemAlloc buffers on
 # every rank (all: the out-of-place all-reduces of 4- and 8-byte types, 560 KiB and more, from the
