@@ -163,13 +163,13 @@ _Static_assert(offsetof(direct_hdr_t, sched) + sizeof(direct_sched_t) <= 4096,
                "flags, lines and sched in the window header's first page");
 _Static_assert(sizeof(direct_hdr_t) <= DIRECT_HDR_NBYTES, "direct window header too large");
 
+/* In a ready flag's payload, id DIRECT_REF_CMA names data its peers read with cma_read at addr
+ * (direct_view_t), not a chorusMemAlloc region. */
+#define DIRECT_REF_CMA UINT64_MAX
 /* Zero-copy: where a rank's input lies when its peers read it in place (chorusMemAlloc memory),
  * carried in the payload of its ready flag: the region's number in the owner's process (never 0),
  * the data's offset in the region and its address there, and the region's memfd there (a peer
  * maps /proc/<pid>/fd/<fd>) with its inode number (the peer checks it opened that memfd). */
-/* In a ready flag's payload, id DIRECT_REF_CMA names data its peers read with cma_read at addr
- * (direct_view_t), not a chorusMemAlloc region. */
-#define DIRECT_REF_CMA UINT64_MAX
 typedef struct mem_ref {
     uint64_t id;
     uint64_t offset;
