@@ -503,6 +503,17 @@ HOT_PATH chorusResult_t direct_lines_reduce_all(prims_t *p, const direct_view_t 
     if (nbytes == 0)
         return chorusSuccess;
     size_t l0 = first / DIRECT_LINE_DATA, l1 = (first + nbytes - 1) / DIRECT_LINE_DATA + 1;
+    if (v->nranks == 2) {
+        /* Each rank's lines copied out, then one reduce call: 2 ranks, 8 B, 0.26 us against
+         * 0.29 reduced where they lie (medians of 16, alternated; not understood). */
+        _Alignas(64) char tmp[DIRECT_LINES_NBYTES];
+        CHECK(direct_lines_read(p, v, 0, s, first, out, nbytes));
+        CHECK(direct_lines_read(p, v, 1, s, first, tmp, nbytes));
+        p->ops->reduce(out, out, tmp, count, p->dtype, p->op);
+        if (p->divisor)
+            p->ops->divide(out, out, count, p->dtype, p->divisor);
+        return chorusSuccess;
+    }
     /* Every rank's lines asked for at once: those written on the other core cross together
      * rather than one rank's after another's. */
     for (int r = 0; r < v->nranks; r++)
@@ -686,11 +697,13 @@ HOT_PATH chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, ui
 }
 
 /* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
+/* reduce_n where it saves calls: with two sources one reduce call is as fast (2 ranks, 8 B
+ * all-reduce: 0.29 us against 0.30-0.33 through reduce_n, alternated). */
 HOT_PATH void direct_reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count)
 {
     if (nsrc == 1) {
         p->ops->copy(dst, src[0], count * p->esize);
-    } else if (p->ops->reduce_n != NULL) {
+    } else if (nsrc > 2 && p->ops->reduce_n != NULL) {
         p->ops->reduce_n(dst, (const void *const *)src, nsrc, count, p->dtype, p->op);
     } else {
         p->ops->reduce(dst, src[0], src[1], count, p->dtype, p->op);
