@@ -509,6 +509,15 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
              * slot: 8 B-4 KiB then took 0.5-0.7 us against the chain's 0.2-0.3 us. */
             rounds = nb <= DIRECT_LL_NBYTES || slotted ? 0.5 : 2.0;
             dpasses = slotted ? nb : 2.0 * nb;
+            /* With more ranks than cores its gated waits keep the cores busy where the ring's
+             * steps wait (as all-gather's below): 4 ranks on 2 cores, broadcast_perf -w 5 -n 20
+             * with CHORUS_ALGO, in place, two runs: 4 MiB 677-718 us against the ring's 895-1118,
+             * 16 MiB 3017-3512 against 6049-6300, 64 MiB 17537 against 26867 (1 MiB: 184-201
+             * against 120-128 in place, 239 against 303 out of place). */
+            if (over && !slotted && nb > DIRECT_LL_NBYTES) {
+                rounds = 0.5;
+                dpasses *= k->oversub_eff;
+            }
             break;
         case COLL_REDUCE:
             /* LL words and slotted pieces: the non-roots run ahead, as broadcast's root does,
