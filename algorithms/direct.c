@@ -181,31 +181,13 @@ static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const co
     CHECK(direct_piece_begin(p, v, &s, 2, 0));
     if (v->rank == root) {
         mem_ref_t ref;
-        if (!root_exposes(v, a, nbytes, &ref)) {
-            memset(&ref, 0, sizeof(ref));
-            ref.id = DIRECT_REF_CMA;
-            ref.addr = (uint64_t)(uintptr_t)a->sendbuff;
-        }
-        direct_publish_ready(v, s, &ref, 0);
+        direct_publish_where(v, s, root_exposes(v, a, nbytes, &ref) ? &ref : NULL, a->sendbuff);
         if (a->recvbuff != a->sendbuff)
             p->ops->copy(a->recvbuff, a->sendbuff, nbytes);
         direct_piece_done(v, s, 0);
         return direct_zc_release(p, v, s);
     }
-    CHECK(direct_wait_flag(p, v, root, OFF_READY(s), s, "direct window ready flag"));
-    mem_ref_t theirs;
-    memcpy(&theirs, hdr(v, root)->ready[s & 1].payload, sizeof(theirs));
-    if (theirs.id == DIRECT_REF_CMA) {
-        CHECK(v->cma_read(v->zc_arg, root, a->recvbuff, theirs.addr, nbytes));
-        (*v->cma_reads)++;
-    } else {
-        const char *src;
-        CHECK(direct_ref_of(v, root, &hdr(v, root)->ready[s & 1], 0, nbytes, &src));
-        if (src == NULL)
-            return ERR(chorusInternalError, SUB_COLL,
-                       "broadcast by cross-memory attach: root %d published no address", root);
-        p->ops->copy(a->recvbuff, src, nbytes);
-    }
+    CHECK(direct_read_where(p, v, root, s, a->recvbuff, nbytes));
     direct_piece_done(v, s, 0);
     return chorusSuccess;
 }
@@ -354,37 +336,14 @@ HOT_PATH static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v,
     const char *in = a->sendbuff;
     uint64_t s;
     CHECK(direct_piece_begin(p, v, &s, 2, 0));
-    mem_ref_t ref;
-    if (zc) {
-        ref = *zref;
-    } else {
-        memset(&ref, 0, sizeof(ref));
-        ref.id = DIRECT_REF_CMA;
-        ref.addr = (uint64_t)(uintptr_t)in;
-    }
-    direct_publish_ready(v, s, &ref, 0);
+    direct_publish_where(v, s, zc ? zref : NULL, in);
     for (int k = 0; k < n; k++) {
         int r = (me + k) % n;
         char *dst = (char *)a->recvbuff + (size_t)r * nbytes;
-        if (r == me) {
-            if (dst != in)
-                p->ops->copy(dst, in, nbytes);
-            continue;
-        }
-        CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
-        mem_ref_t theirs;
-        memcpy(&theirs, hdr(v, r)->ready[s & 1].payload, sizeof(theirs));
-        if (theirs.id == DIRECT_REF_CMA) {
-            CHECK(v->cma_read(v->zc_arg, r, dst, theirs.addr, nbytes));
-            (*v->cma_reads)++;
-            continue;
-        }
-        const char *src;
-        CHECK(direct_ref_of(v, r, &hdr(v, r)->ready[s & 1], 0, nbytes, &src));
-        if (src == NULL)
-            return ERR(chorusInternalError, SUB_COLL,
-                       "all-gather by cross-memory attach: rank %d published no address", r);
-        p->ops->copy(dst, src, nbytes);
+        if (r != me)
+            CHECK(direct_read_where(p, v, r, s, dst, nbytes));
+        else if (dst != in)
+            p->ops->copy(dst, in, nbytes);
     }
     direct_piece_done(v, s, 0);
     return direct_zc_release(p, v, s);

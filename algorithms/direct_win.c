@@ -635,6 +635,44 @@ HOT_PATH chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_
     return chorusSuccess;
 }
 
+/* Cross-memory attach: publish where this rank's input of piece s lies (ref: a chorusMemAlloc
+ * region; NULL: at in, read with cma_read). */
+void direct_publish_where(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, const void *in)
+{
+    mem_ref_t where;
+    if (ref != NULL) {
+        where = *ref;
+    } else {
+        memset(&where, 0, sizeof(where));
+        where.id = DIRECT_REF_CMA;
+        where.addr = (uint64_t)(uintptr_t)in;
+    }
+    direct_publish_ready(v, s, &where, 0);
+}
+
+/* Copy rank r's input of piece s (nbytes, published by direct_publish_where) into dst once its
+ * ready flag is seen. */
+chorusResult_t direct_read_where(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
+                                 size_t nbytes)
+{
+    CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
+    const fifo_flag_t *f = &hdr(v, r)->ready[s & 1];
+    mem_ref_t where;
+    memcpy(&where, f->payload, sizeof(where));
+    if (where.id == DIRECT_REF_CMA) {
+        CHECK(v->cma_read(v->zc_arg, r, dst, where.addr, nbytes));
+        (*v->cma_reads)++;
+        return chorusSuccess;
+    }
+    const char *src;
+    CHECK(direct_ref_of(v, r, f, 0, nbytes, &src));
+    if (src == NULL)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "cross-memory attach: rank %d published neither an address nor a region", r);
+    p->ops->copy(dst, src, nbytes);
+    return chorusSuccess;
+}
+
 /* Rank r's input of piece s, nbytes, once its ready flag is seen: its window buffer, or its own
  * memory read in place (this rank's: mine, when it exposed it). */
 HOT_PATH chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,

@@ -132,6 +132,13 @@ void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const 
  * memory read in place (this rank's: mine, when it exposed it). */
 chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
                                size_t nbytes, char **src);
+/* Cross-memory attach: publish where this rank's input of piece s lies (ref: a chorusMemAlloc
+ * region; NULL: at in, read with cma_read). */
+void direct_publish_where(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, const void *in);
+/* Copy rank r's input of piece s (nbytes, published by direct_publish_where) into dst once its
+ * ready flag is seen. */
+chorusResult_t direct_read_where(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
+                                 size_t nbytes);
 /* Every rank's answer (mine: this rank's) in one flag round, or rank decides' alone (decides >=
  * 0: the others wait only for its flag); *all_p 1 when all said yes (or it did). */
 chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int decides, int mine, int *all_p);

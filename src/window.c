@@ -13,8 +13,8 @@
  * CHORUS_ZCOPY=0). Peers' regions are mapped read-only on first use and kept, at most
  * ZC_MAX_MAPS per communicator (the least recently used goes first), until destroy.
  *
- * Cross-memory attach (CHORUS_CMA_MIN; direct.c's all-gather): a peer copies a rank's input
- * straight from its memory, malloc'd or not, with process_vm_readv (ranks of one process: by
+ * Cross-memory attach (CHORUS_CMA_MIN; direct.c's all-gather and broadcast): a peer copies a rank's
+ * input straight from its memory, malloc'd or not, with process_vm_readv (ranks of one process: by
  * address). That needs the kernel to let every rank read every other (same user; no seccomp or
  * Yama rule against it): the same exchange carries each rank's address of a cookie, every other
  * reads it so, and it is on only where all could.
