@@ -336,9 +336,10 @@ HOT_PATH void direct_ll_write(const direct_view_t *v, uint64_t s, const char *sr
     fifo_prefetch_write(hdr(v, v->rank)->ll[(s + 1) % DIRECT_LL_SLOTS], nw * sizeof(uint64_t));
 }
 
-/* A pass over rank r's LL words or tagged lines (kind) of piece s found some not there yet: the
- * first time publish this rank's pending done flag, spin p->wait.spin passes, then sleep on r's
- * ready flag (set after them), after which one more pass must find them all. */
+/* A pass over rank r's LL words (kind) of piece s found some not there yet: the first time
+ * publish this rank's pending done flag, spin p->wait.spin passes, then sleep on r's ready flag
+ * (set after them), after which one more pass must find them all. (Tagged lines wait on their
+ * own numbers: lines_wait.) */
 HOT_PATH static chorusResult_t not_yet(prims_t *p, const direct_view_t *v, int r, uint64_t s,
                                        int64_t *polls, int *flagged, const char *kind)
 {
