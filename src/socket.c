@@ -173,19 +173,31 @@ static void sock_tune(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+/* Tries at a port the kernel picks: its choice can be taken by the time listen() runs (the CI's
+ * parallel tests, thousands of short connections: "cannot listen on ...:0: Address already in
+ * use" at times), and another pick then works. */
+#define LISTEN_ANY_TRIES 8
+
 chorusResult_t sock_listen(const sock_addr_t *addr, int *fd_p, sock_addr_t *bound_p)
 {
     char str[80];
-    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return ERR(chorusSystemError, SUB_BOOT, "socket() failed: %s", strerror(errno));
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, &addr->sa, addr_len(addr)) != 0 || listen(fd, 1024) != 0) {
+    int any = sock_addr_port(addr) == 0, fd = -1;
+    for (int tries = 0;; tries++) {
+        fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return ERR(chorusSystemError, SUB_BOOT, "socket() failed: %s", strerror(errno));
+        /* Only for a fixed port (one a restarted job takes again): with port 0 it lets the
+         * kernel hand out a port another socket holds, and listen() then fails. */
+        int one = 1;
+        if (!any)
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, &addr->sa, addr_len(addr)) == 0 && listen(fd, 1024) == 0)
+            break;
         int e = errno;
         close(fd);
-        return ERR(chorusSystemError, SUB_BOOT, "cannot listen on %s: %s",
-                   sock_addr_str(addr, str, sizeof(str)), strerror(e));
+        if (!any || e != EADDRINUSE || tries + 1 >= LISTEN_ANY_TRIES)
+            return ERR(chorusSystemError, SUB_BOOT, "cannot listen on %s: %s",
+                       sock_addr_str(addr, str, sizeof(str)), strerror(e));
     }
     sock_addr_t bound;
     socklen_t len = sizeof(bound);
