@@ -627,8 +627,8 @@ int main(int argc, char **argv)
         free(ctx);
         free(comms_g);
     } else if (env) {
-        if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won,
-                     &cma_reads, &me) != 0)
+        if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &cma_reads,
+                     &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
