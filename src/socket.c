@@ -173,9 +173,11 @@ static void sock_tune(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Tries at a port the kernel picks: its choice can be taken by the time listen() runs (the CI's
- * parallel tests, thousands of short connections: "cannot listen on ...:0: Address already in
- * use" at times), and another pick then works. */
+/* Tries at a port the kernel picks: with SO_REUSEADDR (which lets a port whose last connections
+ * wait in TIME_WAIT be bound again: without it, thousands of short connections used up the
+ * ports, test_hygiene's loop at iteration 879) bind() may pick a port another socket listens on,
+ * and listen() then fails with EADDRINUSE (the CI's parallel tests here: "cannot listen on
+ * ...:0: Address already in use" at random); another pick then works. */
 #define LISTEN_ANY_TRIES 8
 
 chorusResult_t sock_listen(const sock_addr_t *addr, int *fd_p, sock_addr_t *bound_p)
@@ -186,11 +188,8 @@ chorusResult_t sock_listen(const sock_addr_t *addr, int *fd_p, sock_addr_t *boun
         fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
             return ERR(chorusSystemError, SUB_BOOT, "socket() failed: %s", strerror(errno));
-        /* Only for a fixed port (one a restarted job takes again): with port 0 it lets the
-         * kernel hand out a port another socket holds, and listen() then fails. */
         int one = 1;
-        if (!any)
-            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         if (bind(fd, &addr->sa, addr_len(addr)) == 0 && listen(fd, 1024) == 0)
             break;
         int e = errno;
