@@ -16,12 +16,13 @@ scripts/deps.sh
 # communicators, Open MPI's own); each leaves a TIME_WAIT for a minute on a port of the ephemeral
 # range, and a listener on port 0 then finds none free: with the kernel's default 32768-60999 one
 # test_hygiene loop held 19000 such ports, and the multi-host, net and hygiene tests running beside
-# it failed with "cannot listen on ...:0: Address already in use". Widened where this may.
+# it failed with "cannot listen on ...:0: Address already in use". Widened where this may, from
+# 20000: tests pick fixed ports in 10000 up to the range's start (harness_free_port, env_init.sh).
 ports=/proc/sys/net/ipv4/ip_local_port_range
 if [ "$(id -u)" -eq 0 ] && [ -w "$ports" ] && [ "$(awk '{print $2 - $1}' "$ports")" -lt 55000 ]; then
     was=$(tr '\t' ' ' <"$ports")
-    if echo "10000 65000" >"$ports" 2>/dev/null; then
-        echo "== ephemeral ports 10000-65000 (were $was): the suite's connections leave TIME_WAITs"
+    if echo "20000 65000" >"$ports" 2>/dev/null; then
+        echo "== ephemeral ports 20000-65000 (were $was): the suite's connections leave TIME_WAITs"
     fi
 fi
 
