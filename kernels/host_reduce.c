@@ -278,60 +278,63 @@ static const codec16_t *bf16_codec(void)
             d_[i] = OP(T, UT, x_[i], y_[i]);                                                       \
     } while (0)
 
-/* One dtype: pick the loop for op (avg reduces as sum; its division comes later). */
-#define REDUCE_TYPE(T, UT, X, Y)                                                                   \
+/* One dtype: pick the loop for op (avg reduces as sum; its division comes later). LOOP is
+ * REDUCE_LOOP here, or reduce_n's below. */
+#define REDUCE_OPS(LOOP, T, UT, X, Y)                                                              \
     do {                                                                                           \
         switch (op) {                                                                              \
         case chorusSum:                                                                            \
         case chorusAvg:                                                                            \
-            REDUCE_LOOP(T, UT, OP_SUM, X, Y);                                                      \
+            LOOP(T, UT, OP_SUM, X, Y);                                                             \
             break;                                                                                 \
         case chorusProd:                                                                           \
-            REDUCE_LOOP(T, UT, OP_PROD, X, Y);                                                     \
+            LOOP(T, UT, OP_PROD, X, Y);                                                            \
             break;                                                                                 \
         case chorusMax:                                                                            \
-            REDUCE_LOOP(T, UT, OP_MAX, X, Y);                                                      \
+            LOOP(T, UT, OP_MAX, X, Y);                                                             \
             break;                                                                                 \
         case chorusMin:                                                                            \
-            REDUCE_LOOP(T, UT, OP_MIN, X, Y);                                                      \
+            LOOP(T, UT, OP_MIN, X, Y);                                                             \
             break;                                                                                 \
         default:                                                                                   \
             break;                                                                                 \
         }                                                                                          \
     } while (0)
+#define REDUCE_TYPE(T, UT, X, Y) REDUCE_OPS(REDUCE_LOOP, T, UT, X, Y)
 
-/* Every dtype held natively in C (all but float16 and bfloat16). */
-#define REDUCE_NATIVE(X, Y)                                                                        \
+/* Every dtype held natively in C (all but float16 and bfloat16): TYPE(T, UT, X, Y) for dtype. */
+#define NATIVE_DTYPES(TYPE, X, Y)                                                                  \
     do {                                                                                           \
         switch (dtype) {                                                                           \
         case chorusInt8:                                                                           \
-            REDUCE_TYPE(int8_t, uint8_t, X, Y);                                                    \
+            TYPE(int8_t, uint8_t, X, Y);                                                           \
             break;                                                                                 \
         case chorusUint8:                                                                          \
-            REDUCE_TYPE(uint8_t, uint8_t, X, Y);                                                   \
+            TYPE(uint8_t, uint8_t, X, Y);                                                          \
             break;                                                                                 \
         case chorusInt32:                                                                          \
-            REDUCE_TYPE(int32_t, uint32_t, X, Y);                                                  \
+            TYPE(int32_t, uint32_t, X, Y);                                                         \
             break;                                                                                 \
         case chorusUint32:                                                                         \
-            REDUCE_TYPE(uint32_t, uint32_t, X, Y);                                                 \
+            TYPE(uint32_t, uint32_t, X, Y);                                                        \
             break;                                                                                 \
         case chorusInt64:                                                                          \
-            REDUCE_TYPE(int64_t, uint64_t, X, Y);                                                  \
+            TYPE(int64_t, uint64_t, X, Y);                                                         \
             break;                                                                                 \
         case chorusUint64:                                                                         \
-            REDUCE_TYPE(uint64_t, uint64_t, X, Y);                                                 \
+            TYPE(uint64_t, uint64_t, X, Y);                                                        \
             break;                                                                                 \
         case chorusFloat32:                                                                        \
-            REDUCE_TYPE(float, float, X, Y);                                                       \
+            TYPE(float, float, X, Y);                                                              \
             break;                                                                                 \
         case chorusFloat64:                                                                        \
-            REDUCE_TYPE(double, double, X, Y);                                                     \
+            TYPE(double, double, X, Y);                                                            \
             break;                                                                                 \
         default:                                                                                   \
             break;                                                                                 \
         }                                                                                          \
     } while (0)
+#define REDUCE_NATIVE(X, Y) NATIVE_DTYPES(REDUCE_TYPE, X, Y)
 
 /*
  * One function per aliasing case the contract allows, so that every pointer the loop reads is
@@ -456,7 +459,8 @@ __attribute__((hot)) void host_reduce(void *dst, const void *a, const void *b, s
  */
 #define REDUCE_N_INLINE_NBYTES 256
 
-#define REDUCE_N_LOOP(T, UT, OP)                                                                   \
+/* (X and Y: REDUCE_OPS's slots, unused: the sources are src[0, nsrc).) */
+#define REDUCE_N_LOOP(T, UT, OP, X, Y)                                                             \
     do {                                                                                           \
         T *d_ = dst;                                                                               \
         for (size_t i = 0; i < count; i++) {                                                       \
@@ -466,27 +470,7 @@ __attribute__((hot)) void host_reduce(void *dst, const void *a, const void *b, s
             d_[i] = acc_;                                                                          \
         }                                                                                          \
     } while (0)
-
-#define REDUCE_N_TYPE(T, UT)                                                                       \
-    do {                                                                                           \
-        switch (op) {                                                                              \
-        case chorusSum:                                                                            \
-        case chorusAvg:                                                                            \
-            REDUCE_N_LOOP(T, UT, OP_SUM);                                                          \
-            break;                                                                                 \
-        case chorusProd:                                                                           \
-            REDUCE_N_LOOP(T, UT, OP_PROD);                                                         \
-            break;                                                                                 \
-        case chorusMax:                                                                            \
-            REDUCE_N_LOOP(T, UT, OP_MAX);                                                          \
-            break;                                                                                 \
-        case chorusMin:                                                                            \
-            REDUCE_N_LOOP(T, UT, OP_MIN);                                                          \
-            break;                                                                                 \
-        default:                                                                                   \
-            break;                                                                                 \
-        }                                                                                          \
-    } while (0)
+#define REDUCE_N_TYPE(T, UT, X, Y) REDUCE_OPS(REDUCE_N_LOOP, T, UT, X, Y)
 
 __attribute__((hot)) void host_reduce_n(void *dst, const void *const *src, int nsrc, size_t count,
                                         chorusDataType_t dtype, chorusRedOp_t op)
@@ -507,34 +491,7 @@ __attribute__((hot)) void host_reduce_n(void *dst, const void *const *src, int n
             host_reduce(dst, dst, src[k], count, dtype, op);
         return;
     }
-    switch (dtype) {
-    case chorusInt8:
-        REDUCE_N_TYPE(int8_t, uint8_t);
-        break;
-    case chorusUint8:
-        REDUCE_N_TYPE(uint8_t, uint8_t);
-        break;
-    case chorusInt32:
-        REDUCE_N_TYPE(int32_t, uint32_t);
-        break;
-    case chorusUint32:
-        REDUCE_N_TYPE(uint32_t, uint32_t);
-        break;
-    case chorusInt64:
-        REDUCE_N_TYPE(int64_t, uint64_t);
-        break;
-    case chorusUint64:
-        REDUCE_N_TYPE(uint64_t, uint64_t);
-        break;
-    case chorusFloat32:
-        REDUCE_N_TYPE(float, float);
-        break;
-    case chorusFloat64:
-        REDUCE_N_TYPE(double, double);
-        break;
-    default:
-        break;
-    }
+    NATIVE_DTYPES(REDUCE_N_TYPE, 0, 0);
 }
 
 /* ---- Divide ---- */
