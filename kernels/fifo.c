@@ -300,20 +300,18 @@ static chorusResult_t wait_counter(const conn_t *c, uint64_t *counter, uint32_t 
     return wait_word(counter, sleepers, &c->ctrl->error, c->transport, target, w, what);
 }
 
-HOT_PATH chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wait_ctx_t *w,
-                                       const char *transport, const char *what)
-{
-    if (__atomic_load_n(&f->value, __ATOMIC_ACQUIRE) >= target)
-        return chorusSuccess;
-    return wait_word(&f->value, &f->sleepers, NULL, transport, target, w, what);
-}
-
 HOT_PATH chorusResult_t fifo_wait_word(uint64_t *counter, uint32_t *sleepers, uint64_t target,
                                        const wait_ctx_t *w, const char *transport, const char *what)
 {
     if (__atomic_load_n(counter, __ATOMIC_ACQUIRE) >= target)
         return chorusSuccess;
     return wait_word(counter, sleepers, NULL, transport, target, w, what);
+}
+
+HOT_PATH chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wait_ctx_t *w,
+                                       const char *transport, const char *what)
+{
+    return fifo_wait_word(&f->value, &f->sleepers, target, w, transport, what);
 }
 
 void fifo_wake(uint64_t *counter)
