@@ -173,30 +173,19 @@ static void sock_tune(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Tries at a port the kernel picks: with SO_REUSEADDR (which lets a port whose last connections
- * wait in TIME_WAIT be bound again: without it, thousands of short connections used up the
- * ports, test_hygiene's loop at iteration 879) bind() may pick a port another socket listens on,
- * and listen() then fails with EADDRINUSE (the CI's parallel tests here: "cannot listen on
- * ...:0: Address already in use" at random); another pick then works. */
-#define LISTEN_ANY_TRIES 8
-
 chorusResult_t sock_listen(const sock_addr_t *addr, int *fd_p, sock_addr_t *bound_p)
 {
     char str[80];
-    int any = sock_addr_port(addr) == 0, fd = -1;
-    for (int tries = 0;; tries++) {
-        fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return ERR(chorusSystemError, SUB_BOOT, "socket() failed: %s", strerror(errno));
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, &addr->sa, addr_len(addr)) == 0 && listen(fd, 1024) == 0)
-            break;
+    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return ERR(chorusSystemError, SUB_BOOT, "socket() failed: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, &addr->sa, addr_len(addr)) != 0 || listen(fd, 1024) != 0) {
         int e = errno;
         close(fd);
-        if (!any || e != EADDRINUSE || tries + 1 >= LISTEN_ANY_TRIES)
-            return ERR(chorusSystemError, SUB_BOOT, "cannot listen on %s: %s",
-                       sock_addr_str(addr, str, sizeof(str)), strerror(e));
+        return ERR(chorusSystemError, SUB_BOOT, "cannot listen on %s: %s",
+                   sock_addr_str(addr, str, sizeof(str)), strerror(e));
     }
     sock_addr_t bound;
     socklen_t len = sizeof(bound);
