@@ -82,7 +82,8 @@ static const param_def_t param_table[] = {
      "one-host all-gathers of at least this many bytes a rank, and broadcasts of at least this "
      "many and 64 KiB where the ranks do not outnumber the cores, read each peer's input (the "
      "root's) where it lies, any memory, with process_vm_readv (Linux cross-memory attach: one "
-     "copy where the window takes two); 0: never"},
+     "copy where the window takes two); 0: never; unset: each communicator's setup times it "
+     "against the window's copies and leaves it off where it loses"},
     {"CHORUS_CUDA_P2P", PT_INT, "-1", -1, 1, OFF(cuda_p2p),
      "device buffers inside a machine GPU to GPU (1), staged via host (0); -1: 1 unless GPUs "
      "shared"},

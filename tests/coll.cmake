@@ -118,17 +118,27 @@ endforeach()
 # broadcast) and 3 (all-gather; CHORUS_CMA_MIN lowered to 4 KiB so 1031 elements of 4 bytes and
 # more take it too); chorusMemAlloc on even ranks (even: zero-copy refs and addresses in one call);
 # threads; and CHORUS_CMA_MIN=0, where none may. Each fails unless some rank read by it (on), or
-# if one did (off).
+# if one did (off). CHORUS_CMA_MIN set keeps it on (unset, window.c times it against the window's
+# copies and it is off where it loses, as on the AMD VM of 2026-12-06); coll_cma_auto_mpi_* leave
+# it unset and fail unless every rank agreed, and read by it exactly when on.
 if(MPI_C_FOUND)
   chorus_add_test(NAME coll_cma_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
+            -x CHORUS_CMA_MIN=16384
             $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --cma on)
+  foreach(np 2 3)
+    chorus_add_test(NAME coll_cma_auto_mpi_${np} TIMEOUT 300
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${np}
+              -x CHORUS_ALGO=oneshot
+              $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma auto)
+  endforeach()
   chorus_add_test(NAME coll_cma_min4k_mpi_3 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3 -x CHORUS_ALGO=oneshot
             -x CHORUS_CMA_MIN=4096
             $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --cma on)
   chorus_add_test(NAME coll_cma_memalloc_even_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
+            -x CHORUS_CMA_MIN=16384
             $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc even --cma on)
   chorus_add_test(NAME coll_cma_off_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot

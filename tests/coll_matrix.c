@@ -200,6 +200,7 @@ typedef struct ctx {
     long zc_bcast_won; /* broadcasts run direct zero-copy after a won vote */
     long zc_rs_won; /* reduce-scatters run direct zero-copy after a won vote */
     long cma_reads; /* peers' inputs this rank read by cross-memory attach */
+    long cma_on; /* 1: this rank's communicator has cross-memory attach on */
     /* WITH_DEVBUF: the device buffers behind the host shadows send and recv, their size, the
      * stream, and the result of the call in flight (CALL) */
     char *send, *recv, *dsend, *drecv;
@@ -240,7 +241,9 @@ static void dev_out(ctx_t *c)
 #endif
 
 /* --cma on|off: fail unless some rank read a peer's input by cross-memory attach (on), or if
- * one did (off); -1: not asked. */
+ * one did (off); auto (2): every rank's communicator has it on, and some rank read by it, or every
+ * rank's has it off, and none did (CHORUS_CMA_MIN unset: window.c's timing chose); -1: not
+ * asked. */
 static int cma_mode = -1;
 /* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
 static int memalloc_mode;
@@ -448,6 +451,7 @@ static void run_matrix(ctx_t *c)
     c->zc_bcast_won = (long)c->comm->zc_broadcast_won;
     c->zc_rs_won = (long)c->comm->zc_reducescatter_won;
     c->cma_reads = (long)c->comm->cma_reads;
+    c->cma_on = c->comm->win_view.cma_read != NULL;
 }
 
 /* --zc-WHAT: 1 (and rank 0 says why) when want is 1 and no call won its zero-copy vote, or 0 and
@@ -474,7 +478,7 @@ static void *thread_main(void *arg)
  * over the ranks with Chorus itself; if that sum fails, this rank counts the call as a failure so
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
 static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
-                    long *rswon_p, long *cma_p, int *me_p)
+                    long *rswon_p, long *cma_p, long *cma_on_p, int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -493,9 +497,9 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[7] = {c.failures,     c.checks,    c.zc_reads, c.zc_won,
-                       c.zc_bcast_won, c.zc_rs_won, c.cma_reads};
-    if (call_ok(&c, chorusAllReduce(sums, sums, 7, chorusInt64, chorusSum, comm, NULL),
+    int64_t sums[8] = {c.failures,     c.checks,    c.zc_reads,  c.zc_won,
+                       c.zc_bcast_won, c.zc_rs_won, c.cma_reads, c.cma_on};
+    if (call_ok(&c, chorusAllReduce(sums, sums, 8, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts")) {
         *failures_p = (long)sums[0];
         *checks_p = (long)sums[1];
@@ -504,6 +508,7 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
         *bwon_p = (long)sums[4];
         *rswon_p = (long)sums[5];
         *cma_p = (long)sums[6];
+        *cma_on_p = (long)sums[7];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -554,8 +559,10 @@ int main(int argc, char **argv)
             zc_bcast_vote = 1;
             i++;
         } else if (strcmp(argv[i], "--cma") == 0 && i + 1 < argc &&
-                   (strcmp(argv[i + 1], "on") == 0 || strcmp(argv[i + 1], "off") == 0)) {
-            cma_mode = strcmp(argv[++i], "on") == 0;
+                   (strcmp(argv[i + 1], "on") == 0 || strcmp(argv[i + 1], "off") == 0 ||
+                    strcmp(argv[i + 1], "auto") == 0)) {
+            i++;
+            cma_mode = strcmp(argv[i], "auto") == 0 ? 2 : strcmp(argv[i], "on") == 0;
         } else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
                    (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
             memalloc_mode = strcmp(argv[++i], "all") == 0 ? 1 : 2;
@@ -564,7 +571,7 @@ int main(int argc, char **argv)
                 stderr,
                 "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
                 "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
-                "          [--zc-reducescatter won|lost] [--cma on|off] [--driver PATH]\n"
+                "          [--zc-reducescatter won|lost] [--cma on|off|auto] [--driver PATH]\n"
                 "  --threads N  N ranks as threads of this process\n"
                 "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                 "               unless a rank read a peer's buffer in place (zero-copy)\n"
@@ -574,7 +581,9 @@ int main(int argc, char **argv)
                 "  --zc-broadcast won  fails unless some broadcast won its zero-copy vote\n"
                 "  --zc-reducescatter  as --zc-allreduce, for reduce-scatter\n"
                 "  --cma on|off fails unless some rank read a peer's input by cross-memory\n"
-                "               attach (on), or if one did (off)\n"
+                "               attach (on), or if one did (off); auto: every rank's\n"
+                "               communicator agreed on it (on: some rank read by it; off:\n"
+                "               none did)\n"
                 "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                 "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
                 "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
@@ -595,7 +604,7 @@ int main(int argc, char **argv)
     }
 #endif
     long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0, zc_rs_won = 0,
-         cma_reads = 0;
+         cma_reads = 0, cma_on = 0;
     int me = 0;
     if (threads > 0) {
         nranks_g = threads;
@@ -621,6 +630,7 @@ int main(int argc, char **argv)
             zc_bcast_won += ctx[i].zc_bcast_won;
             zc_rs_won += ctx[i].zc_rs_won;
             cma_reads += ctx[i].cma_reads;
+            cma_on += ctx[i].cma_on;
             chorusCommDestroy(comms_g[i]);
         }
         free(tid);
@@ -628,7 +638,7 @@ int main(int argc, char **argv)
         free(comms_g);
     } else if (env) {
         if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &cma_reads,
-                     &me) != 0)
+                     &cma_on, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -661,6 +671,7 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.zc_bcast_won, &zc_bcast_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_rs_won, &zc_rs_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_reads, &cma_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.cma_on, &cma_on, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Finalize();
 #else
         fprintf(stderr, "built without MPI: use --threads N or --env\n");
@@ -671,13 +682,22 @@ int main(int argc, char **argv)
     failures += vote_failed(me, "broadcast", zc_bcast_vote ? 1 : -1, zc_bcast_won);
     failures += vote_failed(me, "reducescatter", zc_rs_vote, zc_rs_won);
     /* --zc-allreduce lost: the ring's fallback is the point; other calls need not read in place */
-    if (cma_mode >= 0 && nranks_g > 1 && (cma_mode ? cma_reads == 0 : cma_reads != 0)) {
+    if (cma_mode == 2 && nranks_g > 1 &&
+        ((cma_on != 0 && cma_on != nranks_g) || (cma_on != 0) != (cma_reads != 0))) {
         if (me == 0)
-            printf("FAIL --cma %s: %ld peers' inputs read by cross-memory attach (summed over the "
-                   "ranks; CHORUS_CMA_MIN, CHORUS_ALGO, and CHORUS_DEBUG=INFO says whether it is "
-                   "on)\n",
-                   cma_mode ? "on" : "off", cma_reads);
+            printf("FAIL --cma auto: %ld of %d ranks have cross-memory attach on, %ld peers' "
+                   "inputs read by it (every rank must agree, and read by it only if on)\n",
+                   cma_on, nranks_g, cma_reads);
         failures++;
+    } else if (cma_mode == 0 || cma_mode == 1) {
+        if (nranks_g > 1 && (cma_mode ? cma_reads == 0 : cma_reads != 0)) {
+            if (me == 0)
+                printf("FAIL --cma %s: %ld peers' inputs read by cross-memory attach (summed over "
+                       "the ranks; CHORUS_CMA_MIN, CHORUS_ALGO, and CHORUS_DEBUG=INFO says whether "
+                       "it is on)\n",
+                       cma_mode ? "on" : "off", cma_reads);
+            failures++;
+        }
     }
     if (memalloc_mode && nranks_g > 1 && zc_reads == 0 && zc_vote != 0) {
         if (me == 0)
@@ -697,6 +717,8 @@ int main(int argc, char **argv)
             printf(", %ld pieces read in place", zc_reads);
         if (cma_mode >= 0)
             printf(", %ld inputs read by cross-memory attach", cma_reads);
+        if (cma_mode == 2)
+            printf(" (on at %ld of %d ranks)", cma_on, nranks_g);
         if (zc_vote >= 0 || zc_bcast_vote || zc_rs_vote >= 0)
             printf(", zero-copy votes won: %ld all-reduces, %ld broadcasts, %ld reduce-scatters",
                    zc_won, zc_bcast_won, zc_rs_won);
