@@ -370,8 +370,9 @@ static chorusResult_t window_map(chorusComm_t comm)
     size_t bufsz = ((size_t)comm->params.direct_buffsize + 4095) & ~(size_t)4095;
     size_t map_nbytes = DIRECT_HDR_NBYTES + 2 * bufsz;
     char name[WINDOW_NAME_BYTES], why[768] = "";
-    /* Cross-memory attach is timed (cma_pays) unless CHORUS_CMA_MIN was set. */
-    int timed = params_raw("CHORUS_CMA_MIN") == NULL;
+    /* Cross-memory attach is timed (cma_pays) unless CHORUS_CMA_MIN was set, or every rank is a
+     * thread of this process (then it is a memcpy by address: no timing, no rounds). */
+    int timed = params_raw("CHORUS_CMA_MIN") == NULL && cma_peer(comm) >= 0;
     char *cma_buf = NULL, *scratch = NULL;
     window_card_t *cards = calloc((size_t)n, sizeof(window_card_t));
     comm->win_base = calloc((size_t)n, sizeof(char *));
