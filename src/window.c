@@ -250,23 +250,21 @@ static int cma_peer(chorusComm_t comm)
  * lines are fresh in its cache; then this rank copies rank r's window piece by memcpy and reads
  * its private piece by process_vm_readv. The least of each over the rounds after the first, and
  * a window piece copied again (now in this cache: the writer's copy), go to INFO. *pays_p: 1 where
- * the kernel's copy wins, or where this rank times nothing (timed 0, no peer, no memory).
+ * the kernel's copy wins, or where this rank times nothing (timed 0, no peer, no memory). Every
+ * rank calls it, or none (the rounds are exchanges).
  *
- * Measured where it was added (AMD EPYC VM, kernel with page-table isolation): 64 KiB by
- * process_vm_readv 5.4-11 us, fresh lines by memcpy 2.2-3.5, in cache 0.6-0.7; the 2-rank
- * all-gather of 8 MiB took 437-530 us by cross-memory attach against 284-288 through the window
- * (Open MPI 373-462). On the Intel VM before it the kernel's copy won (2-rank all-gather of
+ * Measured where it was added (AMD EPYC VM, kernel with page-table isolation), 2 and 4 ranks:
+ * 64 KiB by process_vm_readv 7.3-15 us, against 0.8-2.4 by memcpy plus 0.7-1.5 in cache; the
+ * 2-rank all-gather of 8 MiB took 437-530 us by cross-memory attach against 284-288 through the
+ * window (Open MPI 373-462). On the Intel VM before it the kernel's copy won (2-rank all-gather of
  * 128 KiB, 6.0 us against 16.1). */
 static chorusResult_t cma_pays(chorusComm_t comm, const window_card_t *cards, char *cma_buf,
                                char *scratch, size_t map_nbytes, int timed, int *pays_p)
 {
     int me = comm->rank, r = cma_peer(comm);
     *pays_p = 1;
-    int any = 0; /* does some rank time it? (every rank alike: the cards are every rank's) */
-    for (int k = 0; k < comm->nranks; k++)
-        any |= cards[k].cma_buf != 0;
-    if (!any || map_nbytes < DIRECT_HDR_NBYTES + CMA_PAYS_CHUNK)
-        return chorusSuccess; /* and the windows are all this size */
+    if (map_nbytes < DIRECT_HDR_NBYTES + CMA_PAYS_CHUNK)
+        return chorusSuccess; /* every rank alike: the windows are all this size */
     timed = timed && r >= 0 && cma_buf != NULL && cards[r].cma_buf != 0;
     char *mine = comm->win_base[me] + map_nbytes - CMA_PAYS_CHUNK;
     const char *win = timed ? comm->win_base[r] + map_nbytes - CMA_PAYS_CHUNK : NULL;
@@ -477,7 +475,10 @@ static chorusResult_t window_map(chorusComm_t comm)
         CHECK_GOTO(all_agree(comm, 1, &ignored), res, out);
         /* Time the kernel's copy against the window's, unless this rank was told
          * CHORUS_CMA_MIN (it then votes yes untimed). */
-        if (all & 4) {
+        int any = 0; /* does some rank time it? (every rank alike: the cards are every rank's) */
+        for (int r = 0; r < n; r++)
+            any |= cards[r].cma_buf != 0;
+        if ((all & 4) && any) {
             int pays, agreed = 1;
             CHECK_GOTO(cma_pays(comm, cards, cma_buf, scratch, map_nbytes, timed, &pays), res, out);
             CHECK_GOTO(all_agree(comm, pays, &agreed), res, out);
