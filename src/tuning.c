@@ -497,7 +497,11 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
             rounds = algo == ALGO_TWOSHOT ? 2.0 : 1.0;
             dpasses = algo == ALGO_TWOSHOT ? k->direct_twoshot_eff * (2.0 * n - 1) / n * nb
                                            : (double)n * nb;
-            if (host_buffers * 2 > k->shm_llc_nbytes) /* the windows' copies too */
+            /* The windows' copies count too, except with more ranks than cores, where the
+             * ring's steps wait on the scheduler as well: 4 ranks on 2 cores (AMD VM, 32 MiB
+             * L3; CHORUS_ALGO, three alternated rounds, out of place), 4 MiB two-shot 1028-1069
+             * us against the ring's 1205-1349, 8 MiB 2721-2799 against 2723-3654. */
+            if (host_buffers * (over ? 1 : 2) > k->shm_llc_nbytes)
                 dpasses *= k->direct_dram_penalty;
             break;
         case COLL_BROADCAST:
