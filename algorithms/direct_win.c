@@ -735,9 +735,9 @@ HOT_PATH chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, ui
     return chorusSuccess;
 }
 
-/* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
-/* reduce_n where it saves calls: with two sources one reduce call is as fast (2 ranks, 8 B
- * all-reduce: 0.29 us against 0.30-0.33 through reduce_n, alternated). */
+/* dst = src[0] op src[1] op ... in the given order; avg's division when final. reduce_n where it
+ * saves calls: with two sources one reduce call is as fast (2 ranks, 8 B all-reduce: 0.29 us
+ * against 0.30-0.33 through reduce_n, alternated). */
 HOT_PATH void direct_reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count)
 {
     if (nsrc == 1) {

@@ -225,13 +225,27 @@ static int cma_probe(chorusComm_t comm, int r, const window_card_t *card)
     return 1;
 }
 
+/* Every rank's bits: those every rank set (a collective over the bootstrap). */
+static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p)
+{
+    int32_t *v = calloc((size_t)comm->nranks, sizeof(int32_t));
+    if (v == NULL)
+        return ERR(chorusSystemError, SUB_INIT, "out of memory");
+    v[comm->rank] = bits;
+    chorusResult_t res = boot_allgather(comm->boot, v, sizeof(int32_t));
+    int all = ~0;
+    for (int r = 0; r < comm->nranks; r++)
+        all &= v[r];
+    free(v);
+    *all_p = all;
+    return res;
+}
+
 /* The timing's piece: 64 KiB, what the window's all-gather moves in one slot; its rounds: the
  * first only warms (a rank's first read of a page by process_vm_readv cost 90-500 us a piece
  * here against 5-11 later, and the first copy after a bootstrap exchange 60-80 against 3). */
 #define CMA_PAYS_CHUNK (64 * 1024)
 #define CMA_PAYS_ROUNDS 4
-
-static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p);
 
 /* The rank whose memory this rank times cross-memory attach on: the next one in another process
  * (-1: none, all are threads of this one). */
@@ -311,22 +325,6 @@ static chorusResult_t cma_pays(chorusComm_t comm, const window_card_t *cards, ch
          *pays_p ? "pays" : "does not pay", me, r, cma_ns / 1e3, copy_ns / 1e3, cached_ns / 1e3,
          CMA_PAYS_ROUNDS - 1);
     return chorusSuccess;
-}
-
-/* Every rank's bits: those every rank set (a collective over the bootstrap). */
-static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p)
-{
-    int32_t *v = calloc((size_t)comm->nranks, sizeof(int32_t));
-    if (v == NULL)
-        return ERR(chorusSystemError, SUB_INIT, "out of memory");
-    v[comm->rank] = bits;
-    chorusResult_t res = boot_allgather(comm->boot, v, sizeof(int32_t));
-    int all = ~0;
-    for (int r = 0; r < comm->nranks; r++)
-        all &= v[r];
-    free(v);
-    *all_p = all;
-    return res;
 }
 
 /* The windows could not be made on some rank, or differ in size (differ): every rank stops
