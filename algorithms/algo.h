@@ -236,6 +236,16 @@ typedef struct direct_view {
     const char *(*zc_map)(void *arg, int r, const mem_ref_t *ref, size_t nbytes);
     void *zc_arg;
     size_t zc_min_nbytes;
+    /* 1: an all-reduce reads chorusMemAlloc inputs in place (one-shot, two-shot) from
+     * zc_min_nbytes too; 0: it copies them into the window as it does malloc'd ones, unless the
+     * ranks vote for two-shot in place (direct_zc_vote). 1 only where ranks outnumber cores: on
+     * the AMD VM, chorusMemAlloc buffers with zero-copy on and off (CHORUS_ZCOPY), three
+     * alternated rounds of all_reduce_perf -b 512K -e 8M -f 2 -w 10 -n 60 -R 1, out of place:
+     * 2 ranks 512 KiB-2 MiB 1.3-1.5x the time in place (1 MiB 99-118 us against 77-88), 4 MiB
+     * 0.9-1.1x; 4 ranks on 2 cores 1 MiB 184-222 against 193-274, 2 MiB 374-446 against
+     * 397-530. At 2 ranks, 1 MiB, the reductions took 25% of perf's samples reading the peer's
+     * input in place against 11% reading its window copy, more than the copy saved. */
+    int zc_allreduce_in;
     uint64_t *zc_reads; /* pieces of peers' inputs this rank has read in place (tests look) */
     direct_gate_t *gate; /* NULL: waits yield whenever their spin is over */
     size_t stream_win_nbytes; /* all-gather pieces from this size go into the window with

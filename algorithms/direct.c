@@ -121,7 +121,7 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
     if (twoshot && zc_out)
         zc = zo = expose_both(v, a, nbytes, &zref, &oref);
     else
-        zc = direct_zc_expose(v, in, nbytes, a->recvbuff, nbytes, &zref);
+        zc = v->zc_allreduce_in && direct_zc_expose(v, in, nbytes, a->recvbuff, nbytes, &zref);
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;

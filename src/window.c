@@ -529,6 +529,7 @@ out:
         (all & 2) ? zc_map : NULL,
         comm,
         DIRECT_ZC_MIN_NBYTES,
+        comm->over,
         &comm->zc_reads,
         n <= DIRECT_GATE_MAX_RANKS && comm->params.wait_gate ? &comm->win_gate : NULL,
         comm->over ? 0 : STREAM_WIN_NBYTES,
