@@ -4,8 +4,10 @@
 # Proves: two --compare mpi runs of EXE at 2 ranks, one as a user would start it and one under
 # MALLOC_MMAP_MAX_=0, write JSON files that pass perftests_json_check.py (each records whether
 # MALLOC_MMAP_MAX_ was set); PLOT draws both into one PNG (the file starts with the PNG
-# signature and is not empty) and prints its path; PLOT fails, writing nothing, on a file that is
-# not a -J file. Exits 77 (SKIP) without gnuplot, python3 or mpirun.
+# signature and is not empty) and prints its path; two files of one label whose sizes are apart
+# (the user run's rows cut in two, as perftests/sweep cuts a run) are one series of every row, and
+# two whose sizes overlap are two series, each naming its file; PLOT fails, writing nothing, on a
+# file that is not a -J file. Exits 77 (SKIP) without gnuplot, python3 or mpirun.
 set -u
 mpirun=${1:?usage: perftests_plot.sh MPIRUN EXE PLOT} exe=${2:?} plot=${3:?}
 here=$(dirname "$0")
@@ -41,6 +43,28 @@ printed=$("$plot" -o "$dir/out.png" "$dir/user.json" "$dir/mmap0.json") || fail 
 magic=$(head -c 8 "$dir/out.png" | od -An -tx1 | tr -d ' \n')
 [ "$magic" = 89504e470d0a1a0a ] || fail "out.png does not start with the PNG signature ($magic)"
 echo "PNG: $(wc -c <"$dir/out.png") bytes"
+
+# The user run cut in two bands of sizes (1K and 8K; 64K): one series of 3 points each for
+# Chorus and MPI. The same file twice: two of each, named by file.
+python3 - "$dir" <<'PY' || fail "could not cut user.json in two"
+import json, sys
+d = sys.argv[1]
+run = json.load(open(f"{d}/user.json"))
+for name, keep in (("lo", lambda r: r["size"] <= 8192), ("hi", lambda r: r["size"] > 8192)):
+    json.dump({**run, "rows": [r for r in run["rows"] if keep(r)]}, open(f"{d}/{name}.json", "w"))
+PY
+"$plot" -v -o "$dir/bands.png" "$dir/lo.json" "$dir/hi.json" >/dev/null 2>"$dir/bands.err" ||
+    fail "plot of two bands exited $?: $(cat "$dir/bands.err")"
+cat "$dir/bands.err"
+[ "$(grep -c '^series ' "$dir/bands.err")" = 2 ] &&
+    grep -q '^series Chorus: .*: 3 points from 2 file(s)$' "$dir/bands.err" &&
+    grep -q '^series MPI: .*: 3 points from 2 file(s)$' "$dir/bands.err" ||
+    fail "two bands of one label are not one Chorus and one MPI series of 3 points"
+"$plot" -v -o "$dir/twice.png" "$dir/user.json" "$dir/user.json" >/dev/null 2>"$dir/twice.err" ||
+    fail "plot of one file twice exited $?: $(cat "$dir/twice.err")"
+cat "$dir/twice.err"
+[ "$(grep -c '^series .*(user\.json): 3 points from 1 file(s)$' "$dir/twice.err")" = 4 ] ||
+    fail "one file twice is not four series of 3 points, each naming user.json"
 
 echo '{"rows": 3}' >"$dir/bad.json"
 if "$plot" -o "$dir/bad.png" "$dir/bad.json" 2>"$dir/err"; then
