@@ -363,7 +363,7 @@ HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
  * vote's answer is the same everywhere. 2 ranks, chorusMemAlloc buffers: all-reduce 16 MiB
  * 1.07-1.09 ms against the ring's 1.40-1.57, 64 MiB 5.3-6.1 against 7.8-8.4; broadcast 1-16 MiB
  * 1.4-2.5x the chain, 64 MiB 1.03-1.21x; reduce-scatter 2-32 MiB 1.6-2.4x the ring
- * (perftests/README.md). */
+ * (perftests/HISTORY.md). */
 static __attribute__((noinline)) chorusResult_t run_zc_vote(chorusComm_t comm, const coll_args_t *a,
                                                             tune_choice_t choice)
 {

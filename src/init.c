@@ -307,7 +307,7 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
      * all-reduce zero-copy vote (16-64 MiB: 0.90-1.42x of the ring, run
      * to run). The broadcast and reduce-scatter votes stay on: 4 ranks on 2 cores, out of place,
      * broadcast 1-4 MiB 68-251 us against 87-474, reduce-scatter 16 MiB 1376-1496 against
-     * 2475-2731 (perftests/README.md). */
+     * 2475-2731 (commit ba5b48e). */
     int over = t.host_cores > 0 && comm->machine_ranks > t.host_cores;
     comm->over = over;
     const params_t *pa = &comm->params;

@@ -1,7 +1,7 @@
 /*
  * ring_model [NBYTES] [ITERS] [SLOT]: a bare model of the 2-rank ring all-reduce Chorus runs for
  * large float32 sums (algorithms/ring_allreduce.c over kernels/prims.c), with no library
- * (perftests/README.md, "The 64 MiB all-reduce against its own schedule").
+ * (perftests/HISTORY.md, "The 64 MiB all-reduce against its own schedule").
  * Two processes pinned to CPUs 0 and 1 share one FIFO per direction of 8 slots of SLOT bytes
  * (default 512 KiB, Chorus' CHORUS_BUFFSIZE 4M / CHORUS_STEPS 8). Each loop iteration covers two
  * chunks of half a FIFO; per iteration a process copies the chunk its peer finishes into its send
