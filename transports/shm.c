@@ -304,7 +304,7 @@ chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int 
          * 256K then 512K, -w 2 -n 3: the 512K ring calls took 660-680 us each, 24 us with -w 7,
          * once each of the FIFO's 8 slots had been used). An atomic or of 0 writes without
          * changing a byte, whatever the receiver is doing. */
-        for (size_t o = sizeof(fifo_ctrl_t) & ~(size_t)7; o < nbytes; o = (o | 4095) + 1)
+        for (size_t o = (sizeof(fifo_ctrl_t) + 7) & ~(size_t)7; o < nbytes; o = (o | 4095) + 1)
             (void)__atomic_fetch_or((uint64_t *)(void *)((char *)map + o), 0, __ATOMIC_RELAXED);
     }
     *map_p = map;
