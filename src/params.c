@@ -64,7 +64,8 @@ static const param_def_t param_table[] = {
      "(non-temporal) stores where a step copies into them; 0: never (the default when ranks "
      "outnumber cores)"},
     {"CHORUS_ZCOPY", PT_INT, "1", 0, 1, OFF(zcopy),
-     "1: one-host direct algorithms read chorusMemAlloc inputs in place from 512 KiB; 0: copy"},
+     "1: one-host direct algorithms read chorusMemAlloc inputs in place from 512 KiB (all-reduce "
+     "only where ranks outnumber cores); 0: copy"},
     {"CHORUS_ZCOPY_ALLREDUCE_MIN", PT_BYTES, "16M", 0, BIG, OFF(zcopy_allreduce_min),
      "one-host all-reduces of at least this many bytes, where the tuner takes the ring, run "
      "two-shot reading inputs and results in place when every rank's input and output are "
