@@ -453,12 +453,7 @@ static chorusResult_t window_map(chorusComm_t comm)
         }
         comm->win_base[r] = map;
     }
-    /* Each page of every peer's window read once now: on this VM a process's first touch of a
-     * shared page costs about 5 us even when mapped with MAP_POPULATE (2 ranks, 8 B broadcast:
-     * the reader's calls 14, 30, 46, 62 took 5 us each, one per 4 KiB of LL slots). */
-    for (int r = 0; r < n && mapped; r++)
-        for (size_t o = 0; r != me && comm->win_base[r] != NULL && o < map_nbytes; o += 4096)
-            (void)*(volatile const char *)(comm->win_base[r] + o);
+    /* Every peer's window has had each page read once here (shm_segment_map). */
     /* Instead of a barrier: once every rank has answered, every window is mapped (or none is
      * used), every probe opened; the names and probes can go. */
     CHECK_GOTO(all_agree(comm, mapped | zc_ok << 1 | cma_ok << 2, &all), res, out);

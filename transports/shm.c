@@ -284,8 +284,8 @@ chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int 
                    peer, strerror(errno));
     if (create)
         CHECK_GOTO(shm_allocate(fd, name, nbytes, peer, window), res, err_unlink);
-    /* A peer's mapping is filled in now too (MAP_POPULATE), as the creator's is by the memset
-     * below: no page faults in the first collectives. */
+    /* A peer's mapping is filled in now too (MAP_POPULATE) and touched below, as the creator's
+     * is by the memset: no page faults in the first collectives. */
     void *map =
         mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED | (create ? 0 : MAP_POPULATE), fd, 0);
     if (map == MAP_FAILED) {
@@ -298,12 +298,19 @@ chorusResult_t shm_segment_map(const char *name, size_t nbytes, int create, int 
         /* Touch the pages now (allocated and zero): no page faults in the first collective. */
         memset(map, 0, nbytes);
         shm_local_add(name, map, nbytes);
-    } else if (!window) {
-        /* And the sender writes each page of the slots once now: MAP_POPULATE maps them, but
-         * on the AMD VM its first write to a page still cost about 3 us (2 ranks, broadcast
+    } else if (window) {
+        /* A peer only reads a window: each page read once now. On the VM of 2026-12-05 a
+         * process's first touch of a shared page cost about 5 us even when mapped with
+         * MAP_POPULATE (2 ranks, 8 B broadcast: the reader's calls 14, 30, 46, 62 took 5 us
+         * each, one per 4 KiB of LL slots). */
+        for (size_t o = 0; o < nbytes; o += 4096)
+            (void)*(volatile const char *)((const char *)map + o);
+    } else {
+        /* The sender writes each page of a FIFO's slots once now (AMD VM, 2 ranks, broadcast
          * 256K then 512K, -w 2 -n 3: the 512K ring calls took 660-680 us each, 24 us with -w 7,
-         * once each of the FIFO's 8 slots had been used). An atomic or of 0 writes without
-         * changing a byte, whatever the receiver is doing. */
+         * once each of the FIFO's 8 slots had been used; its first write to a page cost about
+         * 3 us). An atomic or of 0 writes without changing a byte, whatever the receiver is
+         * doing. */
         for (size_t o = (sizeof(fifo_ctrl_t) + 7) & ~(size_t)7; o < nbytes; o = (o | 4095) + 1)
             (void)__atomic_fetch_or((uint64_t *)(void *)((char *)map + o), 0, __ATOMIC_RELAXED);
     }
