@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "algo.h"
 #include "bootstrap.h"
@@ -32,6 +33,35 @@
  * device-buffer collectives over cuda_p2p (cuda_dev.c): DEVICE_RING_TAG. */
 #define TREE_UP_TAG(c) (64 + 2 * (c))
 #define TREE_DOWN_TAG(c) (65 + 2 * (c))
+
+/* Memory an operation needs for its own lists, kept for the next one (issue 6: no allocation on
+ * the hot path once a call as large has run): grown, never shrunk, freed with its owner. */
+typedef struct scratch {
+    void *ptr;
+    size_t cap;
+} scratch_t;
+
+/* At least nbytes of s's memory (what it held is not kept when it grows); NULL: out of memory. */
+static inline void *scratch_get(scratch_t *s, size_t nbytes)
+{
+    if (nbytes > s->cap) {
+        size_t cap = nbytes < 2 * s->cap ? 2 * s->cap : nbytes;
+        void *p = malloc(cap);
+        if (p == NULL)
+            return NULL;
+        free(s->ptr);
+        s->ptr = p;
+        s->cap = cap;
+    }
+    return s->ptr;
+}
+
+static inline void scratch_free(scratch_t *s)
+{
+    free(s->ptr);
+    s->ptr = NULL;
+    s->cap = 0;
+}
 
 /* One end of a connection with the transport that built it. */
 typedef struct comm_conn {
@@ -122,6 +152,9 @@ struct chorusComm {
     int queued; /* operations issued and not yet finished (streams included) but for those
                  * counted in call slots (comm.c); atomic reads, counted up under the registry
                  * lock; the decrement is a call's last touch */
+    scratch_t exec_scratch; /* comm_exec's lists of a batch (staged copies, sends and receives) */
+    scratch_t p2p_scratch; /* run_p2p's send, receive and connection lists, in-place all-to-all's
+                            * copies of its input; both under exec_lock */
     void *stage_base; /* pinned arena for device buffers (cuda_stage.c), under exec_lock */
     size_t stage_nbytes;
     void *stage_ctx; /* the CUDA context that allocated it */

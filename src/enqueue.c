@@ -456,19 +456,34 @@ static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, conn_req_t *r
 
 static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
 {
-    chorusResult_t res = chorusSuccess;
     int n = comm->nranks, me = comm->rank;
-    size_t cap = 0;
-    for (int i = 0; i < nops; i++)
-        cap += ops[i].args.kind == COLL_ALLTOALL ? (size_t)n : 1;
-    p2p_op_t *sends = calloc(cap, sizeof(p2p_op_t)), *recvs = calloc(cap, sizeof(p2p_op_t));
-    conn_req_t *reqs = calloc(2 * cap, sizeof(conn_req_t));
-    void **tmp = calloc(nops, sizeof(void *));
-    int ns = 0, nr = 0, nreq = 0;
-    if (sends == NULL || recvs == NULL || reqs == NULL || tmp == NULL) {
-        res = ERR(chorusSystemError, SUB_P2P, "out of memory");
-        goto out;
+    /* The lists, then a copy of each in-place all-to-all's input, in the communicator's
+     * scratch memory (kept between calls). */
+    size_t cap = 0, copies = 0, total = 0;
+    int wraps = 0; /* each call's bytes were checked (check_op), not a group's sum */
+    for (int i = 0; i < nops; i++) {
+        const coll_args_t *a = &ops[i].args;
+        cap += a->kind == COLL_ALLTOALL ? (size_t)n : 1;
+        if (a->kind == COLL_ALLTOALL && a->sendbuff == a->recvbuff)
+            wraps |= __builtin_add_overflow(
+                copies, (a->count * dtype_nbytes(a->dtype) * n + 63) & ~(size_t)63, &copies);
     }
+    size_t lists = (2 * cap * sizeof(p2p_op_t) + 2 * cap * sizeof(conn_req_t) + 63) & ~(size_t)63;
+    wraps |= __builtin_add_overflow(lists, copies, &total);
+    if (wraps)
+        return ERR(chorusInvalidArgument, SUB_P2P,
+                   "chorusGroupEnd (rank %d): the group's in-place all-to-alls need more than "
+                   "SIZE_MAX bytes of copies; issue them in separate groups",
+                   me);
+    char *mem = scratch_get(&comm->p2p_scratch, total);
+    if (mem == NULL)
+        return ERR(chorusSystemError, SUB_P2P,
+                   "out of memory for %zu bytes of send/recv lists and in-place all-to-all copies",
+                   total);
+    p2p_op_t *sends = (p2p_op_t *)mem, *recvs = sends + cap;
+    conn_req_t *reqs = (conn_req_t *)(recvs + cap);
+    char *copy = mem + lists;
+    int ns = 0, nr = 0, nreq = 0;
     for (int i = 0; i < nops; i++) {
         const coll_args_t *a = &ops[i].args;
         size_t nbytes = a->count * dtype_nbytes(a->dtype);
@@ -495,13 +510,9 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
          * the send blocks are copied aside first so receiving cannot overwrite them. */
         const char *src = a->sendbuff;
         if (a->sendbuff == a->recvbuff) {
-            tmp[i] = malloc(nbytes * n);
-            if (tmp[i] == NULL) {
-                res = ERR(chorusSystemError, SUB_P2P, "out of memory for in-place all-to-all");
-                goto out;
-            }
-            memcpy(tmp[i], a->sendbuff, nbytes * n);
-            src = tmp[i];
+            memcpy(copy, a->sendbuff, nbytes * n);
+            src = copy;
+            copy += (nbytes * n + 63) & ~(size_t)63;
         }
         for (int k = 0; k < n; k++) {
             int p = (me + k) % n; /* start with self, then spread over peers */
@@ -514,7 +525,7 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
         }
     }
     if (nreq > 0)
-        CHECK_GOTO(comm_connect(comm, reqs, nreq), res, out);
+        CHECK(comm_connect(comm, reqs, nreq));
     /* No other_gone: a send/recv waits only on its own peers. */
     wait_ctx_t w = {.abort_flag = &comm->abort_flag,
                     .timeout_ns = comm->timeout_ms * 1000000,
@@ -523,15 +534,7 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
                     .peer_alive = health_peer_alive,
                     .arg = comm,
                     .fail = &comm->op_fail};
-    res = p2p_run(sends, ns, recvs, nr, &host_memops, &w);
-out:
-    for (int i = 0; tmp && i < nops; i++)
-        free(tmp[i]);
-    free(tmp);
-    free(sends);
-    free(recvs);
-    free(reqs);
-    return res;
+    return p2p_run(sends, ns, recvs, nr, &host_memops, &w);
 }
 
 HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
@@ -572,8 +575,8 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
     for (int i = 0; any_dev && i < n && !direct && staged == NULL && res == chorusSuccess; i++) {
         if (!ops[i].on_device)
             continue;
-        if ((staged = malloc(sizeof(comm_op_t) * n)) == NULL) {
-            res = ERR(chorusSystemError, SUB_COLL, "out of memory");
+        if ((staged = scratch_get(&comm->exec_scratch, 2 * sizeof(comm_op_t) * n)) == NULL) {
+            res = ERR(chorusSystemError, SUB_COLL, "out of memory for a batch of %d calls", n);
             break;
         }
         memcpy(staged, ops, sizeof(comm_op_t) * n);
@@ -595,8 +598,14 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
             break;
         }
         if (is_p2p(ops[i].args.kind)) {
-            if (p2p == NULL && (p2p = malloc(sizeof(comm_op_t) * n)) == NULL)
-                res = ERR(chorusSystemError, SUB_P2P, "out of memory");
+            /* The batch's sends and receives after its staged copies (the same size asked:
+             * the same memory). */
+            comm_op_t *mem =
+                p2p == NULL ? scratch_get(&comm->exec_scratch, 2 * sizeof(comm_op_t) * n) : NULL;
+            if (mem != NULL)
+                p2p = mem + n;
+            if (p2p == NULL)
+                res = ERR(chorusSystemError, SUB_P2P, "out of memory for a batch of %d calls", n);
             else
                 p2p[np2p++] = ops[i];
         } else if (ops[i].args.count > 0) {
@@ -630,10 +639,6 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
         res = health_explain(comm, what, seq, res);
     }
     __atomic_store_n(&comm->in_op, 0, __ATOMIC_RELEASE);
-    if (p2p != NULL)
-        free(p2p);
-    if (staged != NULL)
-        free(staged);
     fifo_excl_unlock(&comm->exec_lock);
     return res;
 }

@@ -13,20 +13,54 @@
 #include "debug.h"
 
 __thread int group_depth TLS_HOT;
-static __thread comm_op_t *group_ops;
-static __thread int group_nops, group_cap;
+
+/* A thread's group memory, kept from one group to the next (no allocation once a group as large
+ * has run; comm.h's scratch_t) and freed when the thread ends. */
+typedef struct group_mem {
+    scratch_t ops; /* the calls held: comm_op_t[cap] */
+    scratch_t end; /* chorusGroupEnd's partition: sorted calls, parts, threads */
+    int nops, cap;
+} group_mem_t;
+
+static __thread group_mem_t group_mem;
+static pthread_key_t group_key;
+static pthread_once_t group_key_once = PTHREAD_ONCE_INIT;
+static int group_key_ok;
+
+static void group_mem_free(void *arg)
+{
+    group_mem_t *g = arg;
+    scratch_free(&g->ops);
+    scratch_free(&g->end);
+    g->nops = g->cap = 0;
+}
+
+static void group_key_make(void)
+{
+    group_key_ok = pthread_key_create(&group_key, group_mem_free) == 0;
+}
 
 chorusResult_t group_add(const comm_op_t *op)
 {
-    if (group_nops == group_cap) {
-        int cap = group_cap ? group_cap * 2 : 16;
-        comm_op_t *ops = realloc(group_ops, sizeof(comm_op_t) * cap);
+    group_mem_t *g = &group_mem;
+    if (g->nops == g->cap) {
+        if (g->cap == 0) { /* this thread's first group: free its memory when it ends */
+            pthread_once(&group_key_once, group_key_make);
+            if (group_key_ok)
+                pthread_setspecific(group_key, g);
+        }
+        int cap = g->cap ? g->cap * 2 : 16;
+        comm_op_t *old = g->ops.ptr, *ops = malloc(sizeof(comm_op_t) * cap);
         if (ops == NULL)
             return ERR(chorusSystemError, SUB_COLL, "out of memory for a group of %d calls", cap);
-        group_ops = ops;
-        group_cap = cap;
+        if (g->nops > 0)
+            memcpy(ops, old, sizeof(comm_op_t) * g->nops);
+        free(old);
+        g->ops.ptr = ops;
+        g->ops.cap = sizeof(comm_op_t) * cap;
+        g->cap = cap;
     }
-    group_ops[group_nops++] = *op;
+    ((comm_op_t *)g->ops.ptr)[g->nops++] = *op;
     return chorusSuccess;
 }
 
@@ -63,23 +97,22 @@ chorusResult_t chorusGroupEnd(void)
         return ERR(chorusInvalidUsage, SUB_COLL, "chorusGroupEnd without chorusGroupStart");
     if (--group_depth > 0)
         return chorusSuccess;
-    comm_op_t *ops = group_ops;
-    int nops = group_nops;
-    group_ops = NULL;
-    group_nops = group_cap = 0;
-    if (nops <= 0) {
-        free(ops);
+    group_mem_t *g = &group_mem;
+    comm_op_t *ops = g->ops.ptr;
+    int nops = g->nops;
+    g->nops = 0; /* the calls stay in g->ops until the next group's first call */
+    if (nops <= 0)
         return chorusSuccess;
-    }
-    /* Partition by (comm, stream), keeping each partition in issue order. */
-    part_t *parts = calloc((size_t)nops, sizeof(part_t));
-    comm_op_t *sorted = malloc(sizeof(comm_op_t) * (size_t)nops);
-    if (parts == NULL || sorted == NULL) {
-        free(parts);
-        free(sorted);
-        free(ops);
-        return ERR(chorusSystemError, SUB_COLL, "out of memory");
-    }
+    /* Partition by (comm, stream), keeping each partition in issue order. nparts <= nops. */
+    size_t n = (size_t)nops;
+    char *mem =
+        scratch_get(&g->end, (sizeof(comm_op_t) + sizeof(part_t) + sizeof(pthread_t) + 1) * n);
+    if (mem == NULL)
+        return ERR(chorusSystemError, SUB_COLL, "out of memory for a group of %d calls", nops);
+    part_t *parts = (part_t *)mem;
+    comm_op_t *sorted = (comm_op_t *)(parts + n);
+    pthread_t *threads = (pthread_t *)(sorted + n);
+    char *started = (char *)(threads + n);
     int nparts = 0, k = 0;
     for (int i = 0; i < nops; i++) {
         int seen = 0;
@@ -90,21 +123,21 @@ chorusResult_t chorusGroupEnd(void)
         part_t *p = &parts[nparts++];
         p->comm = ops[i].comm;
         p->stream = ops[i].stream;
+        p->res = chorusSuccess;
+        p->error[0] = p->error[sizeof(p->error) - 1] = '\0';
         p->ops = sorted + k;
         for (int j = i; j < nops; j++)
             if (ops[j].comm == p->comm && ops[j].stream == p->stream)
                 sorted[k++] = ops[j];
         p->n = (int)(sorted + k - p->ops);
     }
-    free(ops);
 
     chorusResult_t res = chorusSuccess;
     int nblocking = 0;
     for (int p = 0; p < nparts; p++)
         nblocking += parts[p].stream == NULL;
-    pthread_t *threads = calloc((size_t)nops, sizeof(pthread_t)); /* nparts <= nops */
-    char *started = calloc((size_t)nops, 1);
-    for (int p = 0; p < nparts && threads && started; p++) {
+    memset(started, 0, n);
+    for (int p = 0; p < nparts; p++) {
         if (parts[p].stream != NULL) {
             chorusResult_t r = stream_enqueue(parts[p].stream, parts[p].ops, parts[p].n);
             if (r != chorusSuccess && res == chorusSuccess)
@@ -124,7 +157,7 @@ chorusResult_t chorusGroupEnd(void)
             part_thread(&parts[p]); /* cannot make a thread: run here (may then time out) */
         }
     }
-    for (int p = 0; p < nparts && threads && started; p++) {
+    for (int p = 0; p < nparts; p++) {
         if (started[p])
             pthread_join(threads[p], NULL);
         /* part_thread recorded the error in the communicator; it is not touched after that. */
@@ -134,11 +167,5 @@ chorusResult_t chorusGroupEnd(void)
                           parts[p].error[0] ? parts[p].error : debug_last_error());
         }
     }
-    if (threads == NULL || started == NULL)
-        res = ERR(chorusSystemError, SUB_COLL, "out of memory");
-    free(threads);
-    free(started);
-    free(sorted);
-    free(parts);
     return res;
 }

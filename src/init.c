@@ -443,6 +443,8 @@ void comm_free(chorusComm_t comm)
     free(comm->peers);
     free(comm->p2p_send);
     free(comm->p2p_recv);
+    scratch_free(&comm->exec_scratch);
+    scratch_free(&comm->p2p_scratch);
     pthread_mutex_destroy(&comm->state_lock);
     comm->magic = COMM_DEAD_MAGIC;
     free(comm);

@@ -17,9 +17,13 @@
 typedef struct stream_task {
     struct stream_task *next;
     chorusComm_t comm;
-    int n;
+    int n, cap; /* ops[cap], the first n queued */
     comm_op_t ops[];
 } stream_task_t;
+
+/* Finished tasks a stream keeps for its next calls (no allocation on the hot path once the queue
+ * has been this deep), at most this many. */
+#define STREAM_SPARE_MAX 64
 
 typedef struct host_stream {
     uint32_t magic;
@@ -27,6 +31,8 @@ typedef struct host_stream {
     pthread_mutex_t mu;
     pthread_cond_t work_cv, idle_cv;
     stream_task_t *head, *tail;
+    stream_task_t *spare; /* finished tasks kept (STREAM_SPARE_MAX), under mu */
+    int nspare;
     int busy, stop;
     int64_t progress_ns; /* when the worker last started or finished a task */
     int64_t timeout_ms; /* CHORUS_TIMEOUT_MS when the stream was made */
@@ -48,9 +54,21 @@ int stream_is_host(chorusStream_t stream)
     return found;
 }
 
+/* Writes the next STREAM_STACK_TOUCH bytes of this thread's stack once, so the first call that
+ * runs deeper than the ones before (a slow wait's checks) takes no page fault. */
+#define STREAM_STACK_TOUCH (64 * 1024)
+static __attribute__((noinline)) void touch_stack(void)
+{
+    volatile char pad[STREAM_STACK_TOUCH];
+    for (size_t i = 0; i < sizeof(pad); i += 4096)
+        pad[i] = 0;
+    pad[sizeof(pad) - 1] = 0;
+}
+
 static void *stream_main(void *arg)
 {
     host_stream_t *s = arg;
+    touch_stack();
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (s->head == NULL && !s->stop)
@@ -72,7 +90,13 @@ static void *stream_main(void *arg)
             s->error = res;
             snprintf(s->error_text, sizeof(s->error_text), "%s", debug_last_error());
         }
-        free(t);
+        if (s->nspare < STREAM_SPARE_MAX) {
+            t->next = s->spare;
+            s->spare = t;
+            s->nspare++;
+        } else {
+            free(t);
+        }
         s->busy = 0;
         s->progress_ns = fifo_now_ns();
         if (s->head == NULL)
@@ -85,16 +109,28 @@ static void *stream_main(void *arg)
 chorusResult_t stream_enqueue(chorusStream_t stream, comm_op_t *ops, int n)
 {
     host_stream_t *s = stream;
-    stream_task_t *t = malloc(sizeof(*t) + sizeof(comm_op_t) * n);
-    if (t == NULL)
-        return ERR(chorusSystemError, SUB_COLL, "out of memory queueing on a host stream");
+    pthread_mutex_lock(&s->mu);
+    stream_task_t *t = s->spare;
+    if (t != NULL && t->cap >= n) {
+        s->spare = t->next;
+        s->nspare--;
+    } else {
+        t = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (t == NULL) {
+        int cap = n > 4 ? n : 4; /* a single call, or a small group */
+        if ((t = malloc(sizeof(*t) + sizeof(comm_op_t) * cap)) == NULL)
+            return ERR(chorusSystemError, SUB_COLL, "out of memory queueing on a host stream");
+        t->cap = cap;
+    }
     t->next = NULL;
     t->comm = ops[0].comm;
     t->n = n;
     memcpy(t->ops, ops, sizeof(comm_op_t) * n);
     chorusResult_t res = comm_op_started(t->comm, "a call queued on a host stream");
     if (res != chorusSuccess) {
-        free(t);
+        free(t); /* the stream keeps the tasks its worker finished only */
         return res;
     }
     pthread_mutex_lock(&s->mu);
@@ -226,6 +262,11 @@ chorusResult_t chorusStreamDestroy(chorusStream_t stream)
     pthread_cond_signal(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
+    while (s->spare != NULL) {
+        stream_task_t *t = s->spare;
+        s->spare = t->next;
+        free(t);
+    }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->idle_cv);
