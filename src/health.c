@@ -10,6 +10,7 @@
 #include "health.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -51,11 +52,14 @@ static uint64_t read_start_time(int pid)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
+    /* open and read, not fopen: a wait asks this while it waits, and fopen allocates. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n < 0)
+        return 0;
     buf[n] = '\0';
     /* Fields after the command name (which may hold spaces and parentheses): state is field 3,
      * starttime field 22. */

@@ -2,9 +2,12 @@
  * mem.c: chorusMemAlloc/Free and memory-type detection.
  *
  * A CUDA device pointer can only exist in a process where the CUDA driver (libcuda.so.1) is
- * loaded, so detection asks the driver only then: dlopen with RTLD_NOLOAD never loads it, and a
- * process without CUDA pays one cheap check every 100 ms at most. This build has no CUDA support,
- * so a device pointer is refused with a clear error rather than read as host memory.
+ * loaded, so detection asks the driver only then: every 100 ms at most, a process without it
+ * looks whether a library was loaded since the last look (dl_iterate_phdr's count of loads) and
+ * only then for a libcuda.so* among them, which dlopen with RTLD_NOLOAD then takes without
+ * loading anything. (A failing RTLD_NOLOAD dlopen, the way until 2026-12-06, allocates its error
+ * text: a call then allocated once every 100 ms.) This build has no CUDA support, so a device
+ * pointer is refused with a clear error rather than read as host memory.
  *
  * chorusMemAlloc memory is a memfd mapped shared and kept in a list of regions: the direct
  * algorithms let local peers map it (window.c opens /proc/<pid>/fd/<fd>) and read a rank's input
@@ -14,6 +17,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,6 +38,23 @@ typedef int (*cu_pointer_get_attribute_t)(void *data, int attribute, uintptr_t p
 
 static cu_pointer_get_attribute_t cu_get_attr;
 static int64_t next_probe_ns;
+static unsigned long long seen_adds; /* dl_iterate_phdr's dlpi_adds at the last look */
+
+/* dl_iterate_phdr's callback: stops (1) at a libcuda.so* (libcuda.so.1, or a name it links to),
+ * or (2) at the first object when no library was loaded since the last look. */
+static int find_libcuda(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    int *first = arg;
+    if (*first) {
+        *first = 0;
+        if (info->dlpi_adds == __atomic_load_n(&seen_adds, __ATOMIC_RELAXED))
+            return 2;
+        __atomic_store_n(&seen_adds, info->dlpi_adds, __ATOMIC_RELAXED);
+    }
+    const char *slash = strrchr(info->dlpi_name, '/');
+    return strncmp(slash != NULL ? slash + 1 : info->dlpi_name, "libcuda.so", 10) == 0;
+}
 
 HOT_PATH int mem_is_device(const void *ptr)
 {
@@ -60,6 +81,9 @@ HOT_PATH int mem_cuda_possible(void)
         if (now < __atomic_load_n(&next_probe_ns, __ATOMIC_RELAXED))
             return 0;
         __atomic_store_n(&next_probe_ns, now + 100000000, __ATOMIC_RELAXED);
+        int first = 1;
+        if (dl_iterate_phdr(find_libcuda, &first) != 1)
+            return 0;
         void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
         if (lib == NULL)
             return 0;
