@@ -24,29 +24,47 @@ target_link_libraries(readme_example PRIVATE chorus)
 # The driver: readme_example.sh MODE NRANKS EXE, MODE chorus (CHORUS_RANK/NRANKS/ROOT) or torchrun
 # (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT). The example all-reduces {1, 2, 3, rank}, so rank r of
 # n must print "rank r of n: n 2n 3n n(n-1)/2". The port is picked from the driver's pid, below the
-# ephemeral range, so parallel tests do not collide.
+# ephemeral range, so parallel tests do not collide; where another test holds it all the same (rank
+# 0 says it cannot listen there: once in a ctest -j2 run of 2026-12-06), the others are stopped and
+# the run starts again on another port, three tries at most.
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/readme_example.sh [==[
 #!/usr/bin/env bash
 set -u
 mode=$1 n=$2 exe=$3
-port=$((20000 + $$ % 12000))
 unset CHORUS_RANK CHORUS_NRANKS CHORUS_ROOT RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-pids=()
-for ((r = n - 1; r >= 0; r--)); do
-    if [ "$mode" = torchrun ]; then
-        env RANK="$r" WORLD_SIZE="$n" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
-            timeout 50 "$exe" >"$dir/out.$r" 2>&1 &
-    else
-        env CHORUS_RANK="$r" CHORUS_NRANKS="$n" CHORUS_ROOT="127.0.0.1:$port" \
-            timeout 50 "$exe" >"$dir/out.$r" 2>&1 &
+for try in 1 2 3; do
+    port=$((20000 + ($$ + 4099 * (try - 1)) % 12000))
+    pids=()
+    for ((r = n - 1; r >= 0; r--)); do
+        if [ "$mode" = torchrun ]; then
+            env RANK="$r" WORLD_SIZE="$n" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+                timeout 50 "$exe" >"$dir/out.$r" 2>&1 &
+        else
+            env CHORUS_RANK="$r" CHORUS_NRANKS="$n" CHORUS_ROOT="127.0.0.1:$port" \
+                timeout 50 "$exe" >"$dir/out.$r" 2>&1 &
+        fi
+        pids[r]=$!
+    done
+    wait "${pids[0]}"
+    rc0=$?
+    if [ $rc0 -eq 0 ] || ! grep -q "cannot listen on 127.0.0.1:$port" "$dir/out.0"; then
+        break
     fi
-    pids[r]=$!
+    echo "try $try: port $port is taken; again on another"
+    kill "${pids[@]:1}" 2>/dev/null
+    wait "${pids[@]:1}" 2>/dev/null
 done
 status=0
 for ((r = 0; r < n; r++)); do
-    wait "${pids[r]}" || { echo "rank $r exited with $?"; status=1; }
+    if [ "$r" -eq 0 ]; then
+        rc=$rc0
+    else
+        wait "${pids[r]}"
+        rc=$?
+    fi
+    [ $rc -eq 0 ] || { echo "rank $r exited with $rc"; status=1; }
     cat "$dir/out.$r"
     want="rank $r of $n: $n $((2 * n)) $((3 * n)) $((n * (n - 1) / 2))"
     grep -qxF "$want" "$dir/out.$r" || { echo "rank $r: want \"$want\""; status=1; }
