@@ -219,3 +219,21 @@ if(MPI_C_FOUND)
             -x CHORUS_NT_MIN_BYTES=1 -x CHORUS_ALGO=ring -x CHORUS_BUFFSIZE=4096
             $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,61,1031,4200)
 endif()
+
+# Issue 6's "no allocation or page fault on the hot path" (tests/test_hotpath.c): after a few
+# calls with the same buffers and size, every collective, 64 B-32 MiB, malloc'd and
+# chorusMemAlloc buffers, in and out of place, allocates, maps and faults nothing on the calling
+# thread. Processes (the shm segments of thread ranks are one mapping); the tuner's picks at 2 and
+# 4 ranks, and the ring forced at 3.
+if(MPI_C_FOUND)
+  add_executable(test_hotpath test_hotpath.c)
+  target_link_libraries(test_hotpath chorus_test_harness MPI::MPI_C)
+  foreach(n 2 4)
+    chorus_add_test(NAME coll_hotpath_mpi_${n} TIMEOUT 300
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
+              $<TARGET_FILE:test_hotpath>)
+  endforeach()
+  chorus_add_test(NAME coll_hotpath_ring_mpi_3 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3
+            -x CHORUS_ALGO=ring $<TARGET_FILE:test_hotpath>)
+endif()
