@@ -620,10 +620,9 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
                 __atomic_store_n(&comm->coll_completed, seq, __ATOMIC_RELEASE);
         }
     }
+    uint64_t batch = 0; /* the point-to-point batch's number (named only on failure) */
     if (res == chorusSuccess && np2p > 0) {
-        uint64_t k = ++comm->p2p_calls;
-        snprintf(what, sizeof(what), "%s%s (point-to-point batch #%llu)",
-                 coll_name(p2p[0].args.kind), np2p > 1 ? " and others" : "", (unsigned long long)k);
+        batch = ++comm->p2p_calls;
         seq = 0;
         res = run_p2p(comm, p2p, np2p);
         ran = 1;
@@ -636,6 +635,10 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
         if (seq != 0 && last >= 0)
             snprintf(what, sizeof(what), "%s #%llu", coll_name(ops[last].args.kind),
                      (unsigned long long)seq);
+        else if (batch != 0)
+            snprintf(what, sizeof(what), "%s%s (point-to-point batch #%llu)",
+                     coll_name(p2p[0].args.kind), np2p > 1 ? " and others" : "",
+                     (unsigned long long)batch);
         res = health_explain(comm, what, seq, res);
     }
     __atomic_store_n(&comm->in_op, 0, __ATOMIC_RELEASE);
