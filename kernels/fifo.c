@@ -335,9 +335,11 @@ HOT_PATH void fifo_set_flag(fifo_flag_t *f, uint64_t value)
 chorusResult_t fifo_wait_send(conn_t *c, const wait_ctx_t *w, void **slot_p)
 {
     /* Free slot when tail - head < steps, i.e. head >= tail - steps + 1. */
-    if (c->step >= (uint64_t)c->steps)
+    if (c->step >= (uint64_t)c->steps && c->head_seen < c->step - c->steps + 1) {
         CHECK(wait_counter(c, &c->ctrl->head, &c->ctrl->head_sleepers, c->step - c->steps + 1, w,
                            "FIFO head (slot freed)"));
+        c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+    }
     *slot_p = c->slots + (c->step % c->steps) * c->slot_nbytes;
     return chorusSuccess;
 }
@@ -399,10 +401,12 @@ int fifo_failed(const conn_t *c)
     return __atomic_load_n(&c->ctrl->error, __ATOMIC_ACQUIRE) != 0;
 }
 
-int fifo_can_send(const conn_t *c)
+int fifo_can_send(conn_t *c)
 {
-    return c->step < (uint64_t)c->steps ||
-           __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE) >= c->step - c->steps + 1;
+    if (c->step < (uint64_t)c->steps || c->head_seen >= c->step - c->steps + 1)
+        return 1;
+    c->head_seen = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+    return c->head_seen >= c->step - c->steps + 1;
 }
 
 int fifo_can_recv(const conn_t *c)

@@ -96,6 +96,10 @@ typedef struct conn {
     size_t slot_nbytes; /* multiple of 64 */
     int steps;
     uint64_t step; /* producer: next tail to publish; consumer: next head */
+    /* Producer: the consumer's head when last read, a lower bound of it. While it shows a free
+     * slot the producer posts without reading head again: that read is a cache line the
+     * consumer wrote after every slot, one transfer between cores on each post's path. */
+    uint64_t head_seen;
     int peer; /* the rank at the other end */
     const char *transport;
     fifo_bell_t *bell; /* NULL unless a proxy serves the other side */
@@ -154,7 +158,7 @@ void fifo_fail(fifo_ctrl_t *ctrl);
 /* 1 once fifo_fail was called on c's control block. */
 int fifo_failed(const conn_t *c);
 /* Non-blocking probes for progress loops that drive several connections at once. */
-int fifo_can_send(const conn_t *c);
+int fifo_can_send(conn_t *c);
 int fifo_can_recv(const conn_t *c);
 /* Record the operation's first failure in w->fail (no-op without one). */
 void fifo_note_failure(const wait_ctx_t *w, uint32_t kind, int peer, const char *transport,

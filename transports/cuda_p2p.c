@@ -79,6 +79,7 @@ static void bind_conn(transport_res_t *res, const conn_setup_t *s, conn_t *conn,
     conn->slot_nbytes = s->slot_nbytes;
     conn->steps = s->steps;
     conn->step = 0;
+    conn->head_seen = 0;
     conn->peer = s->peer->rank;
     conn->transport = "cuda_p2p";
 }
