@@ -100,10 +100,27 @@ typedef struct conn {
      * slot the producer posts without reading head again: that read is a cache line the
      * consumer wrote after every slot, one transfer between cores on each post's path. */
     uint64_t head_seen;
+    /* Send/recv over shm (set by comm_connect on both ends): each slot's first 64 bytes are a
+     * fifo_slot_hdr_t, and the consumer polls it rather than tail (see there). */
+    int slot_hdr;
     int peer; /* the rank at the other end */
     const char *transport;
     fifo_bell_t *bell; /* NULL unless a proxy serves the other side */
 } conn_t;
+
+/* A slot's first line on a connection with slot headers (conn_t.slot_hdr): the producer writes
+ * the slice (up to FIFO_SLOT_INLINE bytes in data, more from the slot's second line), then its
+ * size, then seq = its step + 1 with release; the consumer that sees seq finds a small slice and
+ * its size in the same cache line: one transfer between cores, where tail, sizes[] and the slot
+ * took two in a row. Tail and sizes[] are not written; head is, as always. A slice holds up to
+ * slot_nbytes - 64 bytes; slot headers need slots of 128 bytes or more. */
+#define FIFO_SLOT_INLINE 48
+typedef struct fifo_slot_hdr {
+    uint64_t seq;
+    uint32_t nbytes;
+    uint32_t reserved;
+    unsigned char data[FIFO_SLOT_INLINE];
+} fifo_slot_hdr_t;
 
 /* One poll's pause in a spin loop. */
 static inline void fifo_cpu_relax(void)

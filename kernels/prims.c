@@ -229,6 +229,31 @@ void prims_local_copy(prims_t *p, const void *src, void *dst, size_t count, int 
     finalize(p, dst, count, final);
 }
 
+/* The bytes of the next slice (of nbytes - done left) and where its data lies in the slot. */
+static size_t slice_nbytes(const conn_t *c, size_t left)
+{
+    size_t cap = c->slot_hdr ? c->slot_nbytes - 64 : c->slot_nbytes;
+    return left < cap ? left : cap;
+}
+
+static char *slice_data(const conn_t *c, size_t n)
+{
+    char *slot = c->slots + (c->step % c->steps) * c->slot_nbytes;
+    if (!c->slot_hdr)
+        return slot;
+    return n <= FIFO_SLOT_INLINE ? (char *)((fifo_slot_hdr_t *)slot)->data : slot + 64;
+}
+
+/* Consumer: the next slot holds a slice (its header's seq, or tail). */
+static int recv_ready(const conn_t *c)
+{
+    if (!c->slot_hdr)
+        return fifo_can_recv(c);
+    const fifo_slot_hdr_t *h =
+        (const fifo_slot_hdr_t *)(c->slots + (c->step % c->steps) * c->slot_nbytes);
+    return __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) == c->step + 1;
+}
+
 chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *src, size_t nbytes,
                               size_t *done_p)
 {
@@ -237,10 +262,17 @@ chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *sr
     if (*done_p < nbytes && fifo_failed(c) && !fifo_can_send(c))
         return ERR(chorusRemoteError, SUB_P2P, "the connection to peer rank %d failed", c->peer);
     while (*done_p < nbytes && fifo_can_send(c)) {
-        size_t n = nbytes - *done_p < c->slot_nbytes ? nbytes - *done_p : c->slot_nbytes;
-        void *out = c->slots + (c->step % c->steps) * c->slot_nbytes;
-        ops->copy(out, src + *done_p, n);
-        fifo_post_send(c, (uint32_t)n);
+        size_t n = slice_nbytes(c, nbytes - *done_p);
+        ops->copy(slice_data(c, n), src + *done_p, n);
+        if (c->slot_hdr) {
+            fifo_slot_hdr_t *h =
+                (fifo_slot_hdr_t *)(c->slots + (c->step % c->steps) * c->slot_nbytes);
+            h->nbytes = (uint32_t)n;
+            __atomic_store_n(&h->seq, c->step + 1, __ATOMIC_RELEASE);
+            c->step++;
+        } else {
+            fifo_post_send(c, (uint32_t)n);
+        }
         *done_p += n;
     }
     return chorusSuccess;
@@ -249,17 +281,19 @@ chorusResult_t prims_try_send(conn_t *c, const memops_ops_t *ops, const char *sr
 chorusResult_t prims_try_recv(conn_t *c, const memops_ops_t *ops, char *dst, size_t nbytes,
                               size_t *done_p)
 {
-    if (*done_p < nbytes && fifo_failed(c) && !fifo_can_recv(c)) /* in that order: see above */
+    if (*done_p < nbytes && fifo_failed(c) && !recv_ready(c)) /* in that order: see above */
         return ERR(chorusRemoteError, SUB_P2P, "the connection from peer rank %d failed", c->peer);
-    while (*done_p < nbytes && fifo_can_recv(c)) {
-        size_t want = nbytes - *done_p < c->slot_nbytes ? nbytes - *done_p : c->slot_nbytes;
-        uint32_t got = c->ctrl->sizes[c->step % c->steps];
+    while (*done_p < nbytes && recv_ready(c)) {
+        size_t want = slice_nbytes(c, nbytes - *done_p);
+        const char *slot = c->slots + (c->step % c->steps) * c->slot_nbytes;
+        uint32_t got = c->slot_hdr ? ((const fifo_slot_hdr_t *)slot)->nbytes
+                                   : c->ctrl->sizes[c->step % c->steps];
         if (got != want)
             return ERR(chorusInvalidUsage, SUB_P2P,
                        "peer rank %d sent a %u-byte slice where %zu bytes were expected: the "
                        "chorusSend count does not match the chorusRecv count",
                        c->peer, got, want);
-        ops->copy(dst + *done_p, c->slots + (c->step % c->steps) * c->slot_nbytes, want);
+        ops->copy(dst + *done_p, slice_data(c, want), want);
         fifo_post_recv(c);
         *done_p += want;
     }

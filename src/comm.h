@@ -28,9 +28,12 @@
 #define MAX_CHANNELS 32
 #define P2P_TAG 0x7fff
 #define DEVICE_RING_TAG 0x7ffe
+#define SENDRECV_TAG 0x7ffd
 /* Connection tags: ring of channel c: c; tree of channel c: TREE_UP_TAG(c) for child -> parent,
- * TREE_DOWN_TAG(c) for parent -> child; point-to-point (and rooted trees): P2P_TAG; the ring of
- * device-buffer collectives over cuda_p2p (cuda_dev.c): DEVICE_RING_TAG. */
+ * TREE_DOWN_TAG(c) for parent -> child; the rooted trees' pairs: P2P_TAG; send/recv and
+ * all-to-all: SENDRECV_TAG (inside a host their slots carry headers, fifo_slot_hdr_t, which
+ * only those calls' progress loop reads); the ring of device-buffer collectives over cuda_p2p
+ * (cuda_dev.c): DEVICE_RING_TAG. */
 #define TREE_UP_TAG(c) (64 + 2 * (c))
 #define TREE_DOWN_TAG(c) (65 + 2 * (c))
 
@@ -134,8 +137,10 @@ struct chorusComm {
     uint64_t zc_allreduce_won; /* all-reduces whose zero-copy vote won (enqueue.c; tests look) */
     uint64_t zc_broadcast_won; /* broadcasts whose zero-copy vote won */
     uint64_t zc_reducescatter_won; /* reduce-scatters whose zero-copy vote won */
-    comm_conn_t *p2p_send; /* [nranks], built on first use */
+    comm_conn_t *p2p_send; /* [nranks], built on first use: the rooted trees' */
     comm_conn_t *p2p_recv;
+    comm_conn_t *sr_send; /* [nranks], built on first use: send/recv and all-to-all */
+    comm_conn_t *sr_recv;
     exec_pool_t *pool;
     fifo_excl_t exec_lock; /* one operation at a time */
     /* Waits stop while non-zero: 1 this rank stopped (chorusCommAbort, its own failure), 2 a

@@ -26,6 +26,8 @@ static void conn_label(int tag, char *buf, size_t len)
 {
     if (tag == P2P_TAG)
         snprintf(buf, len, "p2p");
+    else if (tag == SENDRECV_TAG)
+        snprintf(buf, len, "sendrecv");
     else if (tag == DEVICE_RING_TAG)
         snprintf(buf, len, "device-ring");
     else if (tag >= TREE_UP_TAG(0))
@@ -128,6 +130,12 @@ chorusResult_t comm_connect(chorusComm_t comm, conn_req_t *reqs, int n)
         CHECK_GOTO(r->cc->tp->connect(&setups[i], &peer_handles[i], &r->cc->res, &r->cc->conn), res,
                    out);
         TRACE(SUB_INIT, "connected %s from rank %d (tag %d)", r->cc->tp->name, r->peer, r->tag);
+    }
+    /* Send/recv inside a host: slot headers (fifo_slot_hdr_t), the same on both ends. */
+    for (int i = 0; i < n; i++) {
+        conn_t *c = &reqs[i].cc->conn;
+        c->slot_hdr = reqs[i].tag == SENDRECV_TAG && reqs[i].cc->tp == &shm_transport &&
+                      c->slot_nbytes >= 128;
     }
 out:
     free(peer_handles);

@@ -282,7 +282,8 @@ static void tree_view(const tree_t *t, comm_conn_t *up_send, comm_conn_t *down_r
     }
 }
 
-static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, conn_req_t *reqs, int *n);
+static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, int sendrecv, conn_req_t *reqs,
+                      int *n);
 
 /* Broadcast or Reduce over a tree rooted at the call's root (tree.c), on one channel made of the
  * point-to-point connections of its edges (built on first contact, as for send/recv). */
@@ -293,12 +294,12 @@ static chorusResult_t run_rooted_tree(chorusComm_t comm, const coll_args_t *a)
     conn_req_t reqs[2 * (TREE_MAX_DOWN + 1)];
     int nreq = 0;
     if (t.up >= 0) {
-        want_conn(comm, CONN_SEND, t.up, reqs, &nreq);
-        want_conn(comm, CONN_RECV, t.up, reqs, &nreq);
+        want_conn(comm, CONN_SEND, t.up, 0, reqs, &nreq);
+        want_conn(comm, CONN_RECV, t.up, 0, reqs, &nreq);
     }
     for (int i = 0; i < t.ndown; i++) {
-        want_conn(comm, CONN_SEND, t.down[i], reqs, &nreq);
-        want_conn(comm, CONN_RECV, t.down[i], reqs, &nreq);
+        want_conn(comm, CONN_SEND, t.down[i], 0, reqs, &nreq);
+        want_conn(comm, CONN_RECV, t.down[i], 0, reqs, &nreq);
     }
     if (nreq > 0)
         CHECK(comm_connect(comm, reqs, nreq));
@@ -441,17 +442,21 @@ static chorusResult_t run_dev(chorusComm_t comm, const comm_op_t *op)
     return cuda_dev_coll(comm, op, &p, coll_name(op->args.kind));
 }
 
-/* Add the connection end for (dir, peer) to reqs unless it exists or is already listed. */
-static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, conn_req_t *reqs, int *n)
+/* Add the connection end for (dir, peer) to reqs unless it exists or is already listed: a
+ * send/recv one (sendrecv) or a rooted tree's. */
+static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, int sendrecv, conn_req_t *reqs,
+                      int *n)
 {
-    comm_conn_t *cc = dir == CONN_SEND ? &comm->p2p_send[peer] : &comm->p2p_recv[peer];
+    comm_conn_t *send = sendrecv ? comm->sr_send : comm->p2p_send;
+    comm_conn_t *recv = sendrecv ? comm->sr_recv : comm->p2p_recv;
+    comm_conn_t *cc = dir == CONN_SEND ? &send[peer] : &recv[peer];
     if (peer == comm->rank || cc->ready)
         return;
     for (int i = 0; i < *n; i++)
         if (reqs[i].cc == cc)
             return;
     size_t slot = (size_t)(comm->params.p2p_buffsize / comm->params.steps);
-    reqs[(*n)++] = (conn_req_t){dir, peer, P2P_TAG, slot, cc, NULL};
+    reqs[(*n)++] = (conn_req_t){dir, peer, sendrecv ? SENDRECV_TAG : P2P_TAG, slot, cc, NULL};
 }
 
 static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
@@ -491,7 +496,7 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
             continue;
         if (a->kind == COLL_SEND || a->kind == COLL_RECV) {
             int send = a->kind == COLL_SEND;
-            comm_conn_t *cc = send ? &comm->p2p_send[a->root] : &comm->p2p_recv[a->root];
+            comm_conn_t *cc = send ? &comm->sr_send[a->root] : &comm->sr_recv[a->root];
             p2p_op_t o = {a->root == me ? NULL : &cc->conn, a->root,
                           send ? (char *)a->sendbuff : a->recvbuff, nbytes, 0};
             if (send)
@@ -502,8 +507,8 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
              * first p2p call of each side with the other, whatever those calls are. Building only
              * the direction in use needs the matching call to run now, so Send-then-Recv on both
              * ranks (or a grouped Recv+Send against a Send, then a Recv) hung in comm_connect. */
-            want_conn(comm, CONN_SEND, a->root, reqs, &nreq);
-            want_conn(comm, CONN_RECV, a->root, reqs, &nreq);
+            want_conn(comm, CONN_SEND, a->root, 1, reqs, &nreq);
+            want_conn(comm, CONN_RECV, a->root, 1, reqs, &nreq);
             continue;
         }
         /* All-to-all: block p of sendbuff to rank p, block p of recvbuff from rank p. In place,
@@ -516,12 +521,12 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
         }
         for (int k = 0; k < n; k++) {
             int p = (me + k) % n; /* start with self, then spread over peers */
-            sends[ns++] = (p2p_op_t){p == me ? NULL : &comm->p2p_send[p].conn, p,
+            sends[ns++] = (p2p_op_t){p == me ? NULL : &comm->sr_send[p].conn, p,
                                      (char *)src + nbytes * p, nbytes, 0};
-            recvs[nr++] = (p2p_op_t){p == me ? NULL : &comm->p2p_recv[p].conn, p,
+            recvs[nr++] = (p2p_op_t){p == me ? NULL : &comm->sr_recv[p].conn, p,
                                      (char *)a->recvbuff + nbytes * p, nbytes, 0};
-            want_conn(comm, CONN_SEND, p, reqs, &nreq);
-            want_conn(comm, CONN_RECV, p, reqs, &nreq);
+            want_conn(comm, CONN_SEND, p, 1, reqs, &nreq);
+            want_conn(comm, CONN_RECV, p, 1, reqs, &nreq);
         }
     }
     if (nreq > 0)

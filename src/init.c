@@ -375,7 +375,10 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     comm->peers = calloc(nranks, sizeof(peer_info_t));
     comm->p2p_send = calloc(nranks, sizeof(comm_conn_t));
     comm->p2p_recv = calloc(nranks, sizeof(comm_conn_t));
-    if (comm->peers == NULL || comm->p2p_send == NULL || comm->p2p_recv == NULL) {
+    comm->sr_send = calloc(nranks, sizeof(comm_conn_t));
+    comm->sr_recv = calloc(nranks, sizeof(comm_conn_t));
+    if (comm->peers == NULL || comm->p2p_send == NULL || comm->p2p_recv == NULL ||
+        comm->sr_send == NULL || comm->sr_recv == NULL) {
         res = ERR(chorusSystemError, SUB_INIT, "out of memory for %d ranks", nranks);
         goto err;
     }
@@ -432,9 +435,13 @@ void comm_free(chorusComm_t comm)
     window_close(comm);
     cuda_stage_free(comm);
     cuda_dev_free(comm);
-    for (int r = 0; comm->p2p_send && r < comm->nranks; r++) {
+    for (int r = 0; comm->p2p_send && comm->p2p_recv && r < comm->nranks; r++) {
         comm_conn_close(&comm->p2p_send[r]);
         comm_conn_close(&comm->p2p_recv[r]);
+    }
+    for (int r = 0; comm->sr_send && comm->sr_recv && r < comm->nranks; r++) {
+        comm_conn_close(&comm->sr_send[r]);
+        comm_conn_close(&comm->sr_recv[r]);
     }
     transport_comm_free(&comm->tc);
     topo_free(comm->topo);
@@ -443,6 +450,8 @@ void comm_free(chorusComm_t comm)
     free(comm->peers);
     free(comm->p2p_send);
     free(comm->p2p_recv);
+    free(comm->sr_send);
+    free(comm->sr_recv);
     scratch_free(&comm->exec_scratch);
     scratch_free(&comm->p2p_scratch);
     pthread_mutex_destroy(&comm->state_lock);
