@@ -59,7 +59,11 @@ chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
                        const memops_ops_t *ops, const wait_ctx_t *w)
 {
     CHECK(match_self(sends, nsends, recvs, nrecvs, ops));
-    int64_t last_progress = fifo_now_ns(), last_check = last_progress;
+    /* The clock is read only once the loop has spun without progress (a read costs about 26 ns
+     * on a VM, and a small send/recv read it three times a call): progress since the last read
+     * counts as made at the next one, a spin's length later at most. */
+    int64_t last_progress = 0, last_check = 0;
+    int moved = 1;
     /* Polls with nothing moving before the loop yields: the communicator's (CHORUS_SPIN, 2000
      * by default; 16 where ranks outnumber cores). Until 2026-12-06 it was 64 whatever the
      * machine, and 2 ranks with a core each yielded in most calls: an 8-byte send/recv pair took
@@ -102,7 +106,7 @@ chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
         if (remaining == 0)
             return chorusSuccess;
         if (progressed) {
-            last_progress = fifo_now_ns();
+            moved = 1;
             idle = 0;
             continue;
         }
@@ -117,6 +121,12 @@ chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
                        "send/recv stopped: the communicator was "
                        "aborted");
         int64_t now = fifo_now_ns();
+        if (moved) {
+            moved = 0;
+            last_progress = now;
+            if (last_check == 0)
+                last_check = now;
+        }
         if (now - last_progress > w->timeout_ns) {
             int peer = -1;
             for (int i = 0; i < nsends && peer < 0; i++)

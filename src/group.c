@@ -22,7 +22,9 @@ typedef struct group_mem {
     int nops, cap;
 } group_mem_t;
 
-static __thread group_mem_t group_mem;
+/* Allocated by the thread's first group_add; a pointer in the initial-exec model (debug.h's
+ * TLS_HOT: no __tls_get_addr call on each use). */
+static __thread group_mem_t *group_mem TLS_HOT;
 static pthread_key_t group_key;
 static pthread_once_t group_key_once = PTHREAD_ONCE_INIT;
 static int group_key_ok;
@@ -32,7 +34,8 @@ static void group_mem_free(void *arg)
     group_mem_t *g = arg;
     scratch_free(&g->ops);
     scratch_free(&g->end);
-    g->nops = g->cap = 0;
+    free(g);
+    group_mem = NULL;
 }
 
 static void group_key_make(void)
@@ -42,13 +45,16 @@ static void group_key_make(void)
 
 chorusResult_t group_add(const comm_op_t *op)
 {
-    group_mem_t *g = &group_mem;
+    group_mem_t *g = group_mem;
+    if (g == NULL) { /* this thread's first group: its memory is freed when the thread ends */
+        if ((g = calloc(1, sizeof(*g))) == NULL)
+            return ERR(chorusSystemError, SUB_COLL, "out of memory for a group");
+        pthread_once(&group_key_once, group_key_make);
+        if (group_key_ok)
+            pthread_setspecific(group_key, g);
+        group_mem = g;
+    }
     if (g->nops == g->cap) {
-        if (g->cap == 0) { /* this thread's first group: free its memory when it ends */
-            pthread_once(&group_key_once, group_key_make);
-            if (group_key_ok)
-                pthread_setspecific(group_key, g);
-        }
         int cap = g->cap ? g->cap * 2 : 16;
         comm_op_t *old = g->ops.ptr, *ops = malloc(sizeof(comm_op_t) * cap);
         if (ops == NULL)
@@ -97,12 +103,12 @@ chorusResult_t chorusGroupEnd(void)
         return ERR(chorusInvalidUsage, SUB_COLL, "chorusGroupEnd without chorusGroupStart");
     if (--group_depth > 0)
         return chorusSuccess;
-    group_mem_t *g = &group_mem;
+    group_mem_t *g = group_mem;
+    if (g == NULL || g->nops <= 0)
+        return chorusSuccess;
     comm_op_t *ops = g->ops.ptr;
     int nops = g->nops;
     g->nops = 0; /* the calls stay in g->ops until the next group's first call */
-    if (nops <= 0)
-        return chorusSuccess;
     /* Partition by (comm, stream), keeping each partition in issue order. nparts <= nops. */
     size_t n = (size_t)nops;
     char *mem =
@@ -144,14 +150,26 @@ chorusResult_t chorusGroupEnd(void)
                 res = r;
             continue;
         }
+        if (nblocking == 1) {
+            /* The one part that blocks runs on this thread, counted in its call slot as a single
+             * call is (comm.c: no registry lock). */
+            int held;
+            part_t *pt = &parts[p];
+            pt->res = comm_call_enter(pt->comm, "chorusGroupEnd", &held);
+            if (pt->res == chorusSuccess) {
+                pt->res = comm_exec(pt->comm, pt->ops, pt->n);
+                comm_call_leave(pt->comm, pt->res, held);
+            }
+            if (pt->res != chorusSuccess)
+                memcpy(pt->error, debug_last_error(), sizeof(pt->error) - 1);
+            continue;
+        }
         parts[p].res = comm_op_started(parts[p].comm, "chorusGroupEnd");
         if (parts[p].res != chorusSuccess) {
             memcpy(parts[p].error, debug_last_error(), sizeof(parts[p].error) - 1);
             continue;
         }
-        if (nblocking == 1) {
-            part_thread(&parts[p]);
-        } else if (pthread_create(&threads[p], NULL, part_thread, &parts[p]) == 0) {
+        if (pthread_create(&threads[p], NULL, part_thread, &parts[p]) == 0) {
             started[p] = 1;
         } else {
             part_thread(&parts[p]); /* cannot make a thread: run here (may then time out) */
