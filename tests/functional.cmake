@@ -1,5 +1,6 @@
 # Functional tests of the public API on one CPU host (ranks as threads, processes or MPI ranks):
 #   p2p_threads_N, p2p_mpi_4   grouped send/recv patterns, all-to-all, single-thread groups
+#   p2p_timeout_threads_2      a send/recv whose peer never posts the match: chorusTimeout
 #   stream_threads_N           host streams: queued calls run in order, query/sync/destroy
 #   invalid_args               the invalid-argument table, aborted communicators, malformed env
 #   split_threads_8            chorusCommSplit: colors, keys, NOCOLOR, split of a split
@@ -32,6 +33,8 @@ foreach(n 1 2 3 4 5 6 7 8)
     chorus_add_test(NAME p2p_threads_${n} COMMAND test_p2p ${n} TIMEOUT 120 LABELS functional)
 endforeach()
 # A group {send, all-reduce, recv}: the send and its receive must progress together.
+# A receive and a send whose peer never posts the match end in chorusTimeout, in bounded time.
+chorus_add_test(NAME p2p_timeout_threads_2 COMMAND test_p2p 2 timeout TIMEOUT 60 LABELS functional)
 chorus_add_test(NAME p2p_group_mixed_threads_3 COMMAND test_p2p 3 mixed TIMEOUT 120
     LABELS functional)
 if(MPI_C_FOUND)

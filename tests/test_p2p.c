@@ -14,6 +14,9 @@
  *   test_p2p N        N ranks as threads of this process (chorusCommInitAll)
  *   test_p2p N mixed  only groups {send, all-reduce, recv}: a send and its receive separated by
  *                     a collective in one group (4 KiB, then 3 MiB)
+ *   test_p2p 2 timeout  after one exchange, a receive, then a 4 MiB send (more than the FIFO
+ *                     holds), whose peer never posts the match: each returns chorusTimeout
+ *                     naming the peer 0.9-3 deadlines (CHORUS_TIMEOUT_MS=1000) after it started
  *   test_p2p_mpi      one rank per MPI process (built with -DTEST_P2P_MPI, run under mpirun)
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
@@ -21,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chorus.h"
 #include "harness.h"
@@ -307,11 +311,44 @@ static int mixed_group(chorusComm_t comm, int r, int n, size_t nbytes)
     return res != chorusSuccess;
 }
 
-static int mixed_mode;
+static int mixed_mode, timeout_mode;
+
+/* After one exchange (the connections exist: a wait in their setup would time out instead),
+ * rank 0 calls chorusRecv (what) from rank 1, which posts nothing for 3.5 deadlines. */
+static void no_match(chorusComm_t comm, int r, const char *what)
+{
+    int32_t one = r, got = -1;
+    CHECK_OK(chorusGroupStart());
+    CHECK_OK(chorusSend(&one, 1, chorusInt32, 1 - r, comm, NULL));
+    CHECK_OK(chorusRecv(&got, 1, chorusInt32, 1 - r, comm, NULL));
+    CHECK_OK(chorusGroupEnd());
+    CHECK(got == 1 - r, "rank %d: the first exchange brought %d, want %d", r, got, 1 - r);
+    if (r != 0) {
+        struct timespec ts = {3, 500000000};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    size_t count = 1 << 20; /* 4 MiB of int32: more than the 1 MiB FIFO, so a send blocks too */
+    int32_t *buf = calloc(count, sizeof(int32_t));
+    double t0 = harness_now_s();
+    chorusResult_t res = strcmp(what, "chorusRecv") == 0
+                             ? chorusRecv(buf, count, chorusInt32, 1, comm, NULL)
+                             : chorusSend(buf, count, chorusInt32, 1, comm, NULL);
+    double took = harness_now_s() - t0;
+    const char *text = chorusGetLastError(comm);
+    CHECK(res == chorusTimeout, "%s with no match: result %d (%s), want chorusTimeout: %s", what,
+          res, chorusGetErrorString(res), text);
+    CHECK(took >= 0.9 && took <= 3.0, "%s with no match returned after %.2f s, want 0.9-3 s", what,
+          took);
+    CHECK(strstr(text, "rank 1") != NULL, "%s's error does not name rank 1: %s", what, text);
+    free(buf);
+}
 
 static void rank_thread(chorusComm_t comm, int r, int n)
 {
-    if (mixed_mode) {
+    if (timeout_mode) {
+        no_match(comm, r, timeout_mode == 1 ? "chorusRecv" : "chorusSend");
+    } else if (mixed_mode) {
         /* 4 KiB fits the FIFO; 3 MiB does not. After a failure the communicator is aborted. */
         if (mixed_group(comm, r, n, 4096) == 0)
             mixed_group(comm, r, n, 3 * MIB);
@@ -400,11 +437,28 @@ int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 4;
     mixed_mode = argc > 2 && strcmp(argv[2], "mixed") == 0;
-    if (n < 1 || n > 64 || (argc > 2 && !mixed_mode)) {
-        printf("usage: test_p2p NRANKS (1..64) [mixed]\n");
+    int timeout = argc > 2 && strcmp(argv[2], "timeout") == 0;
+    if (n < 1 || n > 64 || (argc > 2 && !mixed_mode && !timeout) || (timeout && n != 2)) {
+        printf("usage: test_p2p NRANKS (1..64) [mixed], or test_p2p 2 timeout\n");
         return 1;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (timeout) {
+        setenv("CHORUS_TIMEOUT_MS", "1000", 1);
+        for (timeout_mode = 1; timeout_mode <= 2; timeout_mode++) {
+            long before = harness_failures;
+            chorusComm_t comms[2];
+            if (harness_init_all(comms, 2) != 0 || harness_run_ranks(comms, 2, rank_thread) != 0)
+                return 1;
+            for (int i = 0; i < 2; i++)
+                chorusCommDestroy(comms[i]); /* rank 0's is aborted: it may say so */
+            harness_report(before,
+                           "%s whose peer never posts the match: chorusTimeout naming "
+                           "it, after 0.9-3 s (CHORUS_TIMEOUT_MS=1000)",
+                           timeout_mode == 1 ? "a receive" : "a 4 MiB send");
+        }
+        return harness_failures ? 1 : 0;
+    }
     if (mixed_mode) /* a deadlock shows as a timeout failure, well before ctest's TIMEOUT */
         setenv("CHORUS_TIMEOUT_MS", "10000", 0);
     printf("test_p2p: %d thread ranks%s\n", n,
