@@ -17,9 +17,9 @@ __thread int group_depth TLS_HOT;
 /* A thread's group memory, kept from one group to the next (no allocation once a group as large
  * has run; comm.h's scratch_t) and freed when the thread ends. */
 typedef struct group_mem {
-    scratch_t ops; /* the calls held: comm_op_t[cap] */
-    scratch_t end; /* chorusGroupEnd's partition: sorted calls, parts, threads */
+    comm_op_t *ops; /* the calls held: nops of cap */
     int nops, cap;
+    scratch_t end; /* chorusGroupEnd's partition: sorted calls, parts, threads */
 } group_mem_t;
 
 /* Allocated by the thread's first group_add; a pointer in the initial-exec model (debug.h's
@@ -32,7 +32,7 @@ static int group_key_ok;
 static void group_mem_free(void *arg)
 {
     group_mem_t *g = arg;
-    scratch_free(&g->ops);
+    free(g->ops);
     scratch_free(&g->end);
     free(g);
     group_mem = NULL;
@@ -56,17 +56,13 @@ chorusResult_t group_add(const comm_op_t *op)
     }
     if (g->nops == g->cap) {
         int cap = g->cap ? g->cap * 2 : 16;
-        comm_op_t *old = g->ops.ptr, *ops = malloc(sizeof(comm_op_t) * cap);
+        comm_op_t *ops = realloc(g->ops, sizeof(comm_op_t) * cap);
         if (ops == NULL)
             return ERR(chorusSystemError, SUB_COLL, "out of memory for a group of %d calls", cap);
-        if (g->nops > 0)
-            memcpy(ops, old, sizeof(comm_op_t) * g->nops);
-        free(old);
-        g->ops.ptr = ops;
-        g->ops.cap = sizeof(comm_op_t) * cap;
+        g->ops = ops;
         g->cap = cap;
     }
-    ((comm_op_t *)g->ops.ptr)[g->nops++] = *op;
+    g->ops[g->nops++] = *op;
     return chorusSuccess;
 }
 
@@ -106,7 +102,7 @@ chorusResult_t chorusGroupEnd(void)
     group_mem_t *g = group_mem;
     if (g == NULL || g->nops <= 0)
         return chorusSuccess;
-    comm_op_t *ops = g->ops.ptr;
+    comm_op_t *ops = g->ops;
     int nops = g->nops;
     g->nops = 0; /* the calls stay in g->ops until the next group's first call */
     /* Partition by (comm, stream), keeping each partition in issue order. nparts <= nops. */

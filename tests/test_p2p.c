@@ -314,7 +314,8 @@ static int mixed_group(chorusComm_t comm, int r, int n, size_t nbytes)
 static int mixed_mode, timeout_mode;
 
 /* After one exchange (the connections exist: a wait in their setup would time out instead),
- * rank 0 calls chorusRecv (what) from rank 1, which posts nothing for 3.5 deadlines. */
+ * rank 0 calls what (chorusRecv or chorusSend, 4 MiB) with rank 1, which posts nothing for 3.5
+ * deadlines. */
 static void no_match(chorusComm_t comm, int r, const char *what)
 {
     int32_t one = r, got = -1;
