@@ -19,7 +19,7 @@
  * about 2 reads per rank (medium pieces). The other collectives are one round each: broadcast
  * (the root's window read by all), reduce (every window read by the root), all-gather (every
  * window read by all the others; a rank's own part comes from its input), reduce-scatter (part i
- * of every window reduced by rank i).
+ * of every window reduced by rank i), all-to-all (block i of every window copied by rank i).
  *
  * Zero-copy: where a rank's input lies in chorusMemAlloc memory (a memfd every local rank can
  * map) and the call does not overwrite it, the rank publishes where it is (mem_ref_t, in the
@@ -479,6 +479,67 @@ HOT_PATH static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v,
     return chorusSuccess;
 }
 
+/*
+ * All-to-all: block r of this rank's input goes to rank r, block r of its output comes from rank
+ * r (each block count elements; the blocks cut into pieces as the reduce-scatter's parts). The
+ * same round as reduce-scatter without the reduction: tagged lines where the others' blocks fit
+ * them (rank w's lines hold block j at index j - (j > w)), else each rank's blocks in its buffer
+ * (zero-copy: read in place from its chorusMemAlloc input). In place, a rank's blocks are in its
+ * lines or buffer before it overwrites them, and its own block stays where it is.
+ */
+HOT_PATH static chorusResult_t alltoall(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+{
+    int n = v->nranks, me = v->rank;
+    size_t es = p->esize, per = v->buf_nbytes / es / (size_t)n, total = a->count * (size_t)n * es;
+    const char *in = a->sendbuff;
+    char *out = a->recvbuff;
+    mem_ref_t zref;
+    int zc = direct_zc_expose(v, in, total, out, total, &zref);
+    if (per == 0)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "direct all-to-all: a window of %zu bytes holds no element for %d ranks",
+                   v->buf_nbytes, n);
+    uint64_t s = 0;
+    for (size_t off = 0; off < a->count; off += per) {
+        size_t len = a->count - off < per ? a->count - off : per, nbytes = len * es;
+        size_t mine = ((size_t)me * a->count + off) * es;
+        int lines = (size_t)(n - 1) * nbytes <= LINES_MAX_NBYTES;
+        CHECK(direct_piece_begin(p, v, &s, 2, lines ? 0 : v->buf_nbytes));
+        if (lines) {
+            _Alignas(64) char tmp[LINES_MAX_NBYTES];
+            for (int r = 0, k = 0; r < n; r++)
+                if (r != me)
+                    memcpy(tmp + (size_t)k++ * nbytes, in + ((size_t)r * a->count + off) * es,
+                           nbytes);
+            direct_lines_write(v, s, tmp, (size_t)(n - 1) * nbytes);
+        } else {
+            for (int r = 0; !zc && r < n; r++)
+                if (r != me)
+                    p->ops->copy(buf(v, me, s) + (size_t)r * nbytes,
+                                 in + ((size_t)r * a->count + off) * es, nbytes);
+            direct_publish_ready(v, s, zc ? &zref : NULL, 0);
+        }
+        if (out + mine != in + mine)
+            memcpy(out + mine, in + mine, nbytes);
+        for (int k = 1; k < n; k++) {
+            int r = (me + k) % n;
+            char *dst = out + ((size_t)r * a->count + off) * es;
+            if (lines) {
+                CHECK(direct_lines_read(p, v, r, s, (size_t)(me - (me > r)) * nbytes, dst, nbytes));
+                continue;
+            }
+            const char *src = NULL;
+            CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
+            CHECK(direct_ref_of(v, r, &hdr(v, r)->ready[s & 1], mine, nbytes, &src));
+            prims_copy_out(p, dst, src != NULL ? src : buf(v, r, s) + (size_t)me * nbytes, nbytes);
+        }
+        direct_piece_done(v, s, 0);
+    }
+    if (zc)
+        CHECK(direct_zc_release(p, v, s));
+    return chorusSuccess;
+}
+
 HOT_PATH chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const coll_args_t *a,
                                        int twoshot)
 {
@@ -496,6 +557,8 @@ HOT_PATH chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const
         return allgather(p, v, a);
     case COLL_REDUCESCATTER:
         return reducescatter(p, v, a);
+    case COLL_ALLTOALL:
+        return alltoall(p, v, a);
     default:
         return ERR(chorusInternalError, SUB_COLL, "no direct program for collective kind %d",
                    (int)a->kind);

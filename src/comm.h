@@ -114,6 +114,9 @@ struct chorusComm {
     int64_t zc_broadcast_min; /* broadcasts this big vote (the root decides) for direct
                                * zero-copy: CHORUS_ZCOPY_BROADCAST_MIN, as set everywhere */
     int64_t zc_reducescatter_min; /* and reduce-scatters, output bytes (every rank votes) */
+    int64_t alltoall_direct_max; /* all-to-alls of up to this many bytes a rank run direct
+                                  * (enqueue.c): CHORUS_ALLTOALL_DIRECT_MAX, or ALLTOALL_OVER_MAX
+                                  * where the machine's ranks outnumber its cores, unless set */
     tuner_t tuner;
     struct {
         size_t nbytes; /* the last call's size per collective, and the tuner's choice for it */

@@ -25,9 +25,13 @@ static const char *coll_name(coll_kind_t kind)
     return names[kind];
 }
 
+/* Send and receive: matched in issue order per peer, a group's all progressed together after its
+ * collectives (comm_exec). An all-to-all is a collective: run in issue order with the others, as
+ * its own send/recv loop or through the windows (run_alltoall), so a group's sends and receives
+ * to the same peers match among themselves whatever all-to-alls stand between them. */
 static int is_p2p(coll_kind_t kind)
 {
-    return kind == COLL_SEND || kind == COLL_RECV || kind == COLL_ALLTOALL;
+    return kind == COLL_SEND || kind == COLL_RECV;
 }
 
 /* A build without CUDA refuses device buffers; a CUDA build stages them (cuda_stage.c). */
@@ -322,10 +326,38 @@ static chorusResult_t run_rooted_tree(chorusComm_t comm, const coll_args_t *a)
 
 static chorusResult_t run_channels(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice);
 static chorusResult_t run_zc_vote(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice);
+static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops);
+
+/* An all-to-all: through the node-local windows (direct.c) up to comm->alltoall_direct_max bytes
+ * a rank (CHORUS_ALLTOALL_DIRECT_MAX; by default only where ranks outnumber cores) on one host,
+ * else as one send/recv loop (p2p.c). Every rank decides alike: the size, the ranks and what
+ * they agreed (the windows too: where a rank could not make its window, all learn it in the same
+ * exchange and use send/recv). */
+static __attribute__((noinline)) chorusResult_t run_alltoall(chorusComm_t comm,
+                                                             const coll_args_t *a)
+{
+    size_t nbytes = a->count * dtype_nbytes(a->dtype) * (size_t)comm->nranks;
+    if (comm->alltoall_direct_max > 0 && nbytes <= (uint64_t)comm->alltoall_direct_max &&
+        comm->nranks > 1 && comm->nranks <= DIRECT_MAX_RANKS && comm->tuner.topo.direct) {
+        CHECK(window_connect(comm));
+        if (comm->tuner.topo.direct) {
+            prims_t p;
+            fill_direct_prims(comm, a, &p);
+            return direct_program(&p, &comm->win_view, a, 0);
+        }
+    }
+    comm_op_t op;
+    memset(&op, 0, sizeof(op));
+    op.comm = comm;
+    op.args = *a;
+    return run_p2p(comm, &op, 1);
+}
 
 HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
 {
     size_t esize = dtype_nbytes(a->dtype);
+    if (a->kind == COLL_ALLTOALL)
+        return run_alltoall(comm, a);
     /* The model prices every algorithm at every channel count: calls of one size ask it once. */
     tune_choice_t choice;
     if ((unsigned)a->kind < TUNE_NCOLLS && comm->tune_cache[a->kind].valid &&

@@ -202,6 +202,18 @@ out:
     return res;
 }
 
+/* All-to-alls of up to this many bytes a rank (its whole input) run through the direct windows
+ * where the machine's ranks outnumber its cores (enqueue.c, run_alltoall): there a rank that
+ * waits in the send/recv loop yields to whatever runs, where the windows' waits ask their gate.
+ * 2 vCPUs (AMD VM, 2026-12-06), `alltoall_perf -w 50 -n 500`, the loop against the windows, two
+ * alternated runs each: 4 ranks 64 B-1 KiB 10.9-12.4 us against 6.3-8.1, 64 KiB 17.9-19.1
+ * against 13.9-16.8, 1 MiB 134-182 against 128-159, 4 MiB 645-794 against 593-610, 16 MiB
+ * 3180-3599 against 3550-3646; 8 ranks (-w 20 -n 200) 256 B 40-43 against 29-30, 1 MiB 456-496
+ * against 363-425, 4 MiB 2027-2337 against 2029-2443; 3 ranks even up to 384 KiB, 1.5 MiB
+ * 156-182 against 198-199. With a core a rank (2 ranks) neither won over three rounds (64 B
+ * 0.13-0.47 us against 0.18-0.43, as the machine went), so the loop stays there. */
+#define ALLTOALL_OVER_MAX (1 << 20)
+
 /* A setting where the machine's ranks outnumber its cores (over): over_value, unless the
  * variable name is set (then as set). */
 static int64_t unless_set(const char *name, int64_t value, int over, int64_t over_value)
@@ -318,6 +330,8 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
         unless_set("CHORUS_ZCOPY_ALLREDUCE_MIN", pa->zcopy_allreduce_min, over, 0);
     comm->zc_broadcast_min = pa->zcopy_broadcast_min;
     comm->zc_reducescatter_min = pa->zcopy_reducescatter_min;
+    comm->alltoall_direct_max =
+        unless_set("CHORUS_ALLTOALL_DIRECT_MAX", pa->alltoall_direct_max, over, ALLTOALL_OVER_MAX);
     CHECK(res);
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
     if (comm->rank == 0)

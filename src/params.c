@@ -79,6 +79,10 @@ static const param_def_t param_table[] = {
      "one-host reduce-scatters whose output is at least this many bytes, where the tuner takes "
      "the ring, run direct with every rank's input read in place when all are chorusMemAlloc "
      "memory (a flag round asks); 0: never"},
+    {"CHORUS_ALLTOALL_DIRECT_MAX", PT_BYTES, "0", 0, BIG, OFF(alltoall_direct_max),
+     "one-host all-to-alls of at most this many bytes a rank (its whole input) run through the "
+     "node-local windows instead of send/recv; 0: never (the default, unless ranks outnumber "
+     "cores: then 1M)"},
     {"CHORUS_CMA_MIN", PT_BYTES, "16K", 0, BIG, OFF(cma_min),
      "one-host all-gathers of at least this many bytes a rank, and broadcasts of at least this "
      "many and 64 KiB where the ranks do not outnumber the cores, read each peer's input (the "

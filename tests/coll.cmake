@@ -73,21 +73,24 @@ endif()
 # serves broadcast, reduce, all-gather and reduce-scatter, twoshot only all-reduce (the others
 # then run the ring). 61 elements of 1 and 2 bytes go as LL words (up to 128 bytes; 61 bytes of
 # int8 end in a part word), as does the last piece of 4200 int8 elements (after full buffers).
-# The large count runs with the default buffers.
+# The large count runs with the default buffers. All-to-all takes the windows too
+# (CHORUS_ALLTOALL_DIRECT_MAX; it has no CHORUS_ALGO name, and by default only where ranks
+# outnumber cores).
 foreach(algo oneshot twoshot)
   foreach(n 2 3 5 8)
     chorus_add_test(NAME coll_${algo}_threads_${n} TIMEOUT 300
       COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 0,1,7,61,1031,4200
-      ENV CHORUS_ALGO=${algo} CHORUS_DIRECT_BUFFSIZE=4096)
+      ENV CHORUS_ALGO=${algo} CHORUS_DIRECT_BUFFSIZE=4096 CHORUS_ALLTOALL_DIRECT_MAX=1G)
   endforeach()
   chorus_add_test(NAME coll_${algo}_large_threads_4 TIMEOUT 600
     COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 4 --counts 1048579 --quick-large
-    ENV CHORUS_ALGO=${algo})
+    ENV CHORUS_ALGO=${algo} CHORUS_ALLTOALL_DIRECT_MAX=1G)
   if(MPI_C_FOUND)
     foreach(n 2 4)
       chorus_add_test(NAME coll_${algo}_mpi_${n} TIMEOUT 300
         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
                 -x CHORUS_ALGO=${algo} -x CHORUS_DIRECT_BUFFSIZE=4096
+                -x CHORUS_ALLTOALL_DIRECT_MAX=1G
                 $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,61,1031,4200)
     endforeach()
   endif()
@@ -105,15 +108,17 @@ endif()
 # of 4 bytes and more); buffers from chorusMemAlloc on every rank (all) or on even ranks only
 # (even: both kinds in one call). Threads read each other's memory by address, processes map it
 # through /proc/<pid>/fd; each run fails unless some rank read a peer's buffer in place.
+# All-to-all too (CHORUS_ALLTOALL_DIRECT_MAX).
 foreach(algo oneshot twoshot)
   foreach(mode all even)
     chorus_add_test(NAME coll_zcopy_${algo}_${mode}_threads_3 TIMEOUT 300
       COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140000 --memalloc ${mode}
-      ENV CHORUS_ALGO=${algo} CHORUS_DIRECT_BUFFSIZE=65536)
+      ENV CHORUS_ALGO=${algo} CHORUS_DIRECT_BUFFSIZE=65536 CHORUS_ALLTOALL_DIRECT_MAX=1G)
     if(MPI_C_FOUND)
       chorus_add_test(NAME coll_zcopy_${algo}_${mode}_mpi_4 TIMEOUT 300
         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4
                 -x CHORUS_ALGO=${algo} -x CHORUS_DIRECT_BUFFSIZE=65536
+                -x CHORUS_ALLTOALL_DIRECT_MAX=1G
                 $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode})
     endif()
   endforeach()

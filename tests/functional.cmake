@@ -11,8 +11,11 @@
 #   wait_gate                  the gate of one-host waits: when it yields the core, and that a
 #                              gated wait still sleeps
 #   shm_segment                ranks of one process share one mapping of each shm segment, counted
-#   p2p_group_mixed_threads_3  a group {send, all-reduce, recv} (fails until enqueue.c runs a
-#                              group's sends and receives as one progress loop around collectives)
+#   p2p_group_mixed_threads_3  a group {send, all-reduce or all-to-all, recv} (fails until
+#                              enqueue.c runs a group's sends and receives as one progress loop
+#                              around collectives); the all-to-all in that loop
+#   p2p_group_mixed_direct_threads_3  the same with the all-to-all through the direct windows, a
+#                              collective before the loop (CHORUS_ALLTOALL_DIRECT_MAX)
 #   lifecycle_asan             lifecycle under AddressSanitizer (fails until an aborted call stops
 #                              touching the communicator that chorusCommAbort frees)
 # Each prints what it proves and PASS/FAIL; every one runs in well under 30 s on two cores.
@@ -29,14 +32,19 @@ foreach(t p2p stream invalid split env_init uniqueid lifecycle wait_gate wait_ba
     target_link_libraries(test_${t} chorus_test_harness)
 endforeach()
 
+# All-to-all through the send/recv loop here (CHORUS_ALLTOALL_DIRECT_MAX=0: by default it takes
+# the windows where ranks outnumber cores, which the coll_oneshot tests cover).
 foreach(n 1 2 3 4 5 6 7 8)
-    chorus_add_test(NAME p2p_threads_${n} COMMAND test_p2p ${n} TIMEOUT 120 LABELS functional)
+    chorus_add_test(NAME p2p_threads_${n} COMMAND test_p2p ${n} TIMEOUT 120 LABELS functional
+        ENV CHORUS_ALLTOALL_DIRECT_MAX=0)
 endforeach()
-# A group {send, all-reduce, recv}: the send and its receive must progress together.
+# A group {send, all-reduce or all-to-all, recv}: the send and its receive must progress together.
 # A receive and a send whose peer never posts the match end in chorusTimeout, in bounded time.
 chorus_add_test(NAME p2p_timeout_threads_2 COMMAND test_p2p 2 timeout TIMEOUT 60 LABELS functional)
 chorus_add_test(NAME p2p_group_mixed_threads_3 COMMAND test_p2p 3 mixed TIMEOUT 120
-    LABELS functional)
+    LABELS functional ENV CHORUS_ALLTOALL_DIRECT_MAX=0)
+chorus_add_test(NAME p2p_group_mixed_direct_threads_3 COMMAND test_p2p 3 mixed TIMEOUT 120
+    LABELS functional ENV CHORUS_ALLTOALL_DIRECT_MAX=1G)
 if(MPI_C_FOUND)
     add_executable(test_p2p_mpi test_p2p.c)
     target_compile_definitions(test_p2p_mpi PRIVATE TEST_P2P_MPI=1)

@@ -12,8 +12,8 @@
  * call between GroupStart and GroupEnd (all-reduce, all-reduce then broadcast, a 3 MiB send ring).
  *
  *   test_p2p N        N ranks as threads of this process (chorusCommInitAll)
- *   test_p2p N mixed  only groups {send, all-reduce, recv}: a send and its receive separated by
- *                     a collective in one group (4 KiB, then 3 MiB)
+ *   test_p2p N mixed  only groups {send, all-reduce or all-to-all, recv}: a send and its
+ *                     receive separated by a collective in one group (4 KiB, then 3 MiB)
  *   test_p2p 2 timeout  after one exchange, a receive, then a 4 MiB send (more than the FIFO
  *                     holds), whose peer never posts the match: each returns chorusTimeout
  *                     naming the peer 0.9-3 deadlines (CHORUS_TIMEOUT_MS=1000) after it started
@@ -279,33 +279,49 @@ static void rank_body(chorusComm_t comm, int r, int n)
 /* ---- ranks as threads ---- */
 
 /* A collective between a send and its receive in one group: the group's calls are issued
- * together, so the send must progress together with the receive that follows the all-reduce.
- * Returns 0 when the group completed. */
-static int mixed_group(chorusComm_t comm, int r, int n, size_t nbytes)
+ * together, so the send must progress together with the receive that follows the collective (an
+ * all-reduce, or with a2a an all-to-all of 4 int32 a peer: through the send/recv loop or, with
+ * CHORUS_ALLTOALL_DIRECT_MAX, the direct windows as a collective). Returns 0 when the group
+ * completed. */
+static int mixed_group(chorusComm_t comm, int r, int n, size_t nbytes, int a2a)
 {
     int next = (r + 1) % n, prev = (r - 1 + n) % n, tag = 800 + (nbytes > MIB);
     void *sb = send_alloc(nbytes, seed_of(r, next, tag)), *rb = recv_alloc(nbytes);
     int32_t x[3] = {r, 1, -r}, y[3] = {0, 0, 0};
+    int32_t *xs = calloc((size_t)n * 4, sizeof(int32_t)),
+            *ys = calloc((size_t)n * 4, sizeof(int32_t));
+    for (int i = 0; i < n * 4; i++)
+        xs[i] = r * 1000 + i; /* block p (4 values) goes to rank p */
     chorusResult_t res = chorusGroupStart();
     if (res == chorusSuccess)
         res = chorusSend(sb, nbytes, chorusUint8, next, comm, NULL);
     if (res == chorusSuccess)
-        res = chorusAllReduce(x, y, 3, chorusInt32, chorusSum, comm, NULL);
+        res = a2a ? chorusAlltoAll(xs, ys, 4, chorusInt32, comm, NULL)
+                  : chorusAllReduce(x, y, 3, chorusInt32, chorusSum, comm, NULL);
     if (res == chorusSuccess)
         res = chorusRecv(rb, nbytes, chorusUint8, prev, comm, NULL);
     chorusResult_t end = chorusGroupEnd();
     if (res == chorusSuccess)
         res = end;
     char what[96];
-    snprintf(what, sizeof(what), "group {send %zu bytes to rank %d, all-reduce, recv}", nbytes,
-             next);
+    snprintf(what, sizeof(what), "group {send %zu bytes to rank %d, %s, recv}", nbytes, next,
+             a2a ? "all-to-all" : "all-reduce");
     if (res != chorusSuccess) {
         FAIL("rank %d: %s: %s: %s", r, what, chorusGetErrorString(res), chorusGetLastError(NULL));
     } else {
         expect_msg(what, r, rb, nbytes, seed_of(prev, r, tag));
-        if (y[0] != n * (n - 1) / 2 || y[1] != n || y[2] != -(n * (n - 1) / 2))
+        if (!a2a && (y[0] != n * (n - 1) / 2 || y[1] != n || y[2] != -(n * (n - 1) / 2)))
             FAIL("rank %d: %s: all-reduce gave %d %d %d", r, what, y[0], y[1], y[2]);
+        for (int i = 0; a2a && i < n * 4; i++) {
+            int32_t want = (i / 4) * 1000 + r * 4 + i % 4; /* block i / 4 from rank i / 4 */
+            if (ys[i] != want) {
+                FAIL("rank %d: %s: all-to-all element %d is %d, want %d", r, what, i, ys[i], want);
+                break;
+            }
+        }
     }
+    free(xs);
+    free(ys);
     free(sb);
     free(rb);
     return res != chorusSuccess;
@@ -351,8 +367,9 @@ static void rank_thread(chorusComm_t comm, int r, int n)
         no_match(comm, r, timeout_mode == 1 ? "chorusRecv" : "chorusSend");
     } else if (mixed_mode) {
         /* 4 KiB fits the FIFO; 3 MiB does not. After a failure the communicator is aborted. */
-        if (mixed_group(comm, r, n, 4096) == 0)
-            mixed_group(comm, r, n, 3 * MIB);
+        int failed = 0;
+        for (int a2a = 0; a2a < 2 && !failed; a2a++)
+            failed = mixed_group(comm, r, n, 4096, a2a) || mixed_group(comm, r, n, 3 * MIB, a2a);
     } else {
         rank_body(comm, r, n);
     }
