@@ -290,6 +290,14 @@ static int mixed_group(chorusComm_t comm, int r, int n, size_t nbytes, int a2a)
     int32_t x[3] = {r, 1, -r}, y[3] = {0, 0, 0};
     int32_t *xs = calloc((size_t)n * 4, sizeof(int32_t)),
             *ys = calloc((size_t)n * 4, sizeof(int32_t));
+    if (xs == NULL || ys == NULL) {
+        FAIL("rank %d: out of memory", r);
+        free(xs);
+        free(ys);
+        free(sb);
+        free(rb);
+        return 1;
+    }
     for (int i = 0; i < n * 4; i++)
         xs[i] = r * 1000 + i; /* block p (4 values) goes to rank p */
     chorusResult_t res = chorusGroupStart();
@@ -487,7 +495,9 @@ int main(int argc, char **argv)
     if (harness_init_all(comms, n) != 0 || harness_run_ranks(comms, n, rank_thread) != 0)
         return 1;
     if (mixed_mode) {
-        harness_report(0, "groups {send, all-reduce, recv} of 4 KiB and 3 MiB on %d thread ranks",
+        harness_report(0,
+                       "groups {send, all-reduce or all-to-all, recv} of 4 KiB and 3 MiB on %d "
+                       "thread ranks",
                        n);
         for (int i = 0; i < n; i++)
             chorusCommDestroy(comms[i]); /* an aborted communicator may report its abort */
