@@ -148,14 +148,16 @@ chorusResult_t chorusAllGather(const void *sendbuff, void *recvbuff, size_t send
 chorusResult_t chorusReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                    chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
                                    chorusStream_t stream);
-/* count elements to and from every peer. */
+/* count elements to and from every peer (a collective: every rank calls it, as the others). */
 chorusResult_t chorusAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                               chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype, int peer,
                           chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatype, int peer,
                           chorusComm_t comm, chorusStream_t stream);
-/* Calls between GroupStart and GroupEnd are issued together at GroupEnd (nestable). */
+/* Calls between GroupStart and GroupEnd are issued together at GroupEnd (nestable): the group's
+ * collectives (all-to-all included) run in issue order, then its sends and receives progress
+ * together, each matched with the peer's in the order both issued them. */
 chorusResult_t chorusGroupStart(void);
 chorusResult_t chorusGroupEnd(void);
 
