@@ -494,29 +494,21 @@ static void want_conn(chorusComm_t comm, conn_dir_t dir, int peer, int sendrecv,
 static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
 {
     int n = comm->nranks, me = comm->rank;
-    /* The lists, then a copy of each in-place all-to-all's input, in the communicator's
-     * scratch memory (kept between calls). */
-    size_t cap = 0, copies = 0, total = 0;
-    int wraps = 0; /* each call's bytes were checked (check_op), not a group's sum */
+    /* The lists, then a copy of an in-place all-to-all's input (run_alltoall passes one alone,
+     * whose bytes check_op bounded), in the communicator's scratch memory (kept between calls). */
+    size_t cap = 0, copies = 0;
     for (int i = 0; i < nops; i++) {
         const coll_args_t *a = &ops[i].args;
         cap += a->kind == COLL_ALLTOALL ? (size_t)n : 1;
         if (a->kind == COLL_ALLTOALL && a->sendbuff == a->recvbuff)
-            wraps |= __builtin_add_overflow(
-                copies, (a->count * dtype_nbytes(a->dtype) * n + 63) & ~(size_t)63, &copies);
+            copies += (a->count * dtype_nbytes(a->dtype) * n + 63) & ~(size_t)63;
     }
     size_t lists = (2 * cap * sizeof(p2p_op_t) + 2 * cap * sizeof(conn_req_t) + 63) & ~(size_t)63;
-    wraps |= __builtin_add_overflow(lists, copies, &total);
-    if (wraps)
-        return ERR(chorusInvalidArgument, SUB_P2P,
-                   "chorusGroupEnd (rank %d): the group's in-place all-to-alls need more than "
-                   "SIZE_MAX bytes of copies; issue them in separate groups",
-                   me);
-    char *mem = scratch_get(&comm->p2p_scratch, total);
+    char *mem = scratch_get(&comm->p2p_scratch, lists + copies);
     if (mem == NULL)
         return ERR(chorusSystemError, SUB_P2P,
                    "out of memory for %zu bytes of send/recv lists and in-place all-to-all copies",
-                   total);
+                   lists + copies);
     p2p_op_t *sends = (p2p_op_t *)mem, *recvs = sends + cap;
     conn_req_t *reqs = (conn_req_t *)(recvs + cap);
     char *copy = mem + lists;
