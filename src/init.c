@@ -59,6 +59,19 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
     if (comm->params.hostid[0] != '\0')
         snprintf(info->hostid, sizeof(info->hostid), "%s", comm->params.hostid);
     info->hostid_hash = fnv1a(info->hostid, 0xcbf29ce484222325ull);
+    info->nchannels = comm->nchannels;
+    info->nchannels_forced = comm->nchannels_forced;
+    info->max_nchannels = (int32_t)comm->params.max_nchannels;
+    unsigned masks[TUNE_NCOLLS];
+    int quiet = debug_set_quiet_errors(1);
+    info->algo_ok = tune_parse_algo("CHORUS_ALGO", comm->params.algo, masks) == chorusSuccess;
+    debug_set_quiet_errors(quiet);
+    /* What it allows, and whether it is set: the zero-copy votes run only where it is not. */
+    uint64_t key = 0xcbf29ce484222325ull;
+    for (int c = 0; info->algo_ok && c < TUNE_NCOLLS; c++)
+        key = (key ^ masks[c]) * 0x100000001b3ull;
+    info->algo_key = (key ^ (comm->params.algo[0] != '\0')) * 0x100000001b3ull;
+    snprintf(info->algo, sizeof(info->algo), "%s", comm->params.algo);
     const topo_t *topo = comm->topo;
     if (topo != NULL) {
         info->numa_node = topo->numa_node;
@@ -73,6 +86,90 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
             info->nnics++;
         }
     }
+}
+
+/*
+ * Settings that decide how the ranks talk must be the same on every rank. With CHORUS_NCHANNELS
+ * differing, the ranks built rings of different channel counts and init waited in the bootstrap
+ * until CHORUS_TIMEOUT_MS (10 minutes by default), then asked "is it stuck, or still
+ * initializing?"; with CHORUS_ALGO or CHORUS_ZCOPY_ALLREDUCE_MIN differing, the first call the
+ * ranks ran differently waited as long and then blamed a slow or deadlocked peer. Every rank
+ * compares every rank's settings with rank 0's, so all fail alike, naming the variable, both
+ * values and what to do. Here those the rings and the tuner need (from the peer info), then
+ * settings_alike_direct those of the one-host algorithms.
+ */
+static chorusResult_t settings_alike(chorusComm_t comm)
+{
+    if (!comm->peers[comm->rank].algo_ok) { /* its own error, saying why */
+        unsigned masks[TUNE_NCOLLS];
+        return tune_parse_algo("CHORUS_ALGO", comm->params.algo, masks);
+    }
+    const peer_info_t *p0 = &comm->peers[0];
+    for (int r = 1; r < comm->nranks; r++) {
+        const peer_info_t *p = &comm->peers[r];
+        if (!p->algo_ok || !p0->algo_ok) {
+            int bad = p0->algo_ok ? r : 0;
+            return ERR(chorusInvalidUsage, SUB_INIT,
+                       "rank %d's CHORUS_ALGO=\"%s\" is not valid (that rank's error says why)",
+                       bad, comm->peers[bad].algo);
+        }
+        if (p->nchannels != p0->nchannels || p->nchannels_forced != p0->nchannels_forced ||
+            p->max_nchannels != p0->max_nchannels)
+            return ERR(chorusInvalidUsage, SUB_INIT,
+                       "rank %d would build %d channels (%s, at most %d) where rank 0 builds %d "
+                       "(%s, at most %d): CHORUS_NCHANNELS, CHORUS_MIN_NCHANNELS and "
+                       "CHORUS_MAX_NCHANNELS (or chorusConfig_t's minChannels and maxChannels) "
+                       "must be the same on every rank; export them alike to all (mpirun -x)",
+                       r, p->nchannels, p->nchannels_forced ? "CHORUS_NCHANNELS" : "automatic",
+                       p->max_nchannels, p0->nchannels,
+                       p0->nchannels_forced ? "CHORUS_NCHANNELS" : "automatic", p0->max_nchannels);
+        if (p->algo_key != p0->algo_key)
+            return ERR(chorusInvalidUsage, SUB_INIT,
+                       "CHORUS_ALGO is %s%s%s on rank %d and %s%s%s on rank 0: it must allow the "
+                       "same algorithms on every rank (or be unset on all); export it alike to "
+                       "all (mpirun -x CHORUS_ALGO)",
+                       p->algo[0] ? "\"" : "", p->algo[0] ? p->algo : "unset",
+                       p->algo[0] ? "\"" : "", r, p0->algo[0] ? "\"" : "",
+                       p0->algo[0] ? p0->algo : "unset", p0->algo[0] ? "\"" : "");
+    }
+    return chorusSuccess;
+}
+
+/* The one-host algorithms' settings (where they may run): the values each rank took, an unset
+ * one its default, which depends on whether the machine's ranks outnumber its cores (agreed). */
+static chorusResult_t settings_alike_direct(chorusComm_t comm)
+{
+    static const char *const names[] = {"CHORUS_ZCOPY",
+                                        "CHORUS_ZCOPY_ALLREDUCE_MIN",
+                                        "CHORUS_ZCOPY_BROADCAST_MIN",
+                                        "CHORUS_ZCOPY_REDUCESCATTER_MIN",
+                                        "CHORUS_ALLTOALL_DIRECT_MAX",
+                                        "CHORUS_CMA_MIN"};
+    enum { N = sizeof(names) / sizeof(names[0]) };
+    int64_t *all = calloc((size_t)comm->nranks * N, sizeof(int64_t));
+    if (all == NULL)
+        return ERR(chorusSystemError, SUB_INIT, "out of memory");
+    int64_t *mine = all + (size_t)N * comm->rank;
+    mine[0] = comm->params.zcopy;
+    mine[1] = comm->zc_allreduce_min;
+    mine[2] = comm->zc_broadcast_min;
+    mine[3] = comm->zc_reducescatter_min;
+    mine[4] = comm->alltoall_direct_max;
+    mine[5] = comm->params.cma_min;
+    chorusResult_t res = boot_allgather(comm->boot, all, N * sizeof(int64_t));
+    for (int r = 1; res == chorusSuccess && r < comm->nranks; r++)
+        for (int k = 0; k < N; k++)
+            if (all[(size_t)N * r + k] != all[k]) {
+                res = ERR(chorusInvalidUsage, SUB_INIT,
+                          "%s is %lld on rank %d and %lld on rank 0 (as each took it: unset is "
+                          "its default): the one-host algorithms' settings must be the same on "
+                          "every rank; export it alike to all (mpirun -x %s) or unset it on all",
+                          names[k], (long long)all[(size_t)N * r + k], r, (long long)all[k],
+                          names[k]);
+                break;
+            }
+    free(all);
+    return res;
 }
 
 /* One GRAPH line per channel: the ring and this rank's place in the channel's tree. */
@@ -333,6 +430,8 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     comm->alltoall_direct_max =
         unless_set("CHORUS_ALLTOALL_DIRECT_MAX", pa->alltoall_direct_max, over, ALLTOALL_OVER_MAX);
     CHECK(res);
+    if (t.direct)
+        CHECK(settings_alike_direct(comm));
     CHECK(tune_init(&t, comm->params.algo, comm->params.proto, &comm->tuner));
     if (comm->rank == 0)
         tune_log(&comm->tuner);
@@ -410,6 +509,7 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
                       comm->peers[r].rank);
             goto err;
         }
+    CHECK_GOTO(settings_alike(comm), res, err);
     CHECK_GOTO(setup_channels(comm), res, err);
     CHECK_GOTO(setup_tuner(comm), res, err);
     CHECK_GOTO(window_connect(comm), res, err); /* where the direct algorithms can run */

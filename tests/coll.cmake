@@ -107,6 +107,12 @@ if(MPI_C_FOUND)
   chorus_add_test(NAME coll_window_mismatch_mpi_2 TIMEOUT 300
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/window_mismatch.sh ${MPIEXEC_EXECUTABLE}
             $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,1031)
+  # Two ranks with different channels, CHORUS_ALGO, CHORUS_ZCOPY_ALLREDUCE_MIN or
+  # CHORUS_ALLTOALL_DIRECT_MAX: init fails at once on both, naming the variable (it used to wait
+  # for CHORUS_TIMEOUT_MS); equal settings spelt differently run. 7 s here.
+  chorus_add_test(NAME settings_mismatch_mpi_2 TIMEOUT 300
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/settings_mismatch.sh ${MPIEXEC_EXECUTABLE}
+            $<TARGET_FILE:coll_matrix_mpi>)
 endif()
 
 # Zero-copy (direct.c: chorusMemAlloc inputs read in place by the peers) forced with CHORUS_ALGO,

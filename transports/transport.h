@@ -22,6 +22,7 @@
 #define PEER_HOSTID_BYTES 128
 #define PEER_MAX_NICS 4
 #define PEER_NIC_NAME_BYTES 16
+#define PEER_ALGO_BYTES 64
 
 /* What every rank tells every other at init (all-gathered over the bootstrap). */
 typedef struct peer_info {
@@ -39,6 +40,14 @@ typedef struct peer_info {
     int32_t ngpus; /* GPUs of its host */
     int32_t nnics; /* NICs of its host (names of the first PEER_MAX_NICS below) */
     char nics[PEER_MAX_NICS][PEER_NIC_NAME_BYTES];
+    /* Settings every rank must share before the rings are built (init.c, settings_alike): the
+     * channels it would build (CHORUS_NCHANNELS or chorusConfig_t, clamped; whether forced;
+     * CHORUS_MAX_NCHANNELS), and CHORUS_ALGO: whether it parses, what it allows (and whether it
+     * is set at all) as a key, and its text for the message. */
+    int32_t nchannels, nchannels_forced, max_nchannels;
+    int32_t algo_ok;
+    uint64_t algo_key;
+    char algo[PEER_ALGO_BYTES];
 } peer_info_t;
 
 struct net_state;
