@@ -65,6 +65,9 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
     unsigned masks[TUNE_NCOLLS];
     int quiet = debug_set_quiet_errors(1);
     info->algo_ok = tune_parse_algo("CHORUS_ALGO", comm->params.algo, masks) == chorusSuccess;
+    unsigned proto_mask;
+    info->proto_ok =
+        tune_parse_proto("CHORUS_PROTO", comm->params.proto, &proto_mask) == chorusSuccess;
     debug_set_quiet_errors(quiet);
     /* What it allows, and whether it is set: the zero-copy votes run only where it is not. */
     uint64_t key = 0xcbf29ce484222325ull;
@@ -72,6 +75,7 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
         key = (key ^ masks[c]) * 0x100000001b3ull;
     info->algo_key = (key ^ (comm->params.algo[0] != '\0')) * 0x100000001b3ull;
     snprintf(info->algo, sizeof(info->algo), "%s", comm->params.algo);
+    snprintf(info->proto, sizeof(info->proto), "%s", comm->params.proto);
     const topo_t *topo = comm->topo;
     if (topo != NULL) {
         info->numa_node = topo->numa_node;
@@ -100,19 +104,23 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
  */
 static chorusResult_t settings_alike(chorusComm_t comm)
 {
-    if (!comm->peers[comm->rank].algo_ok) { /* its own error, saying why */
-        unsigned masks[TUNE_NCOLLS];
-        return tune_parse_algo("CHORUS_ALGO", comm->params.algo, masks);
+    const peer_info_t *me = &comm->peers[comm->rank];
+    if (!me->algo_ok || !me->proto_ok) { /* its own error, saying why */
+        unsigned masks[TUNE_NCOLLS], mask;
+        return !me->algo_ok ? tune_parse_algo("CHORUS_ALGO", comm->params.algo, masks)
+                            : tune_parse_proto("CHORUS_PROTO", comm->params.proto, &mask);
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        const peer_info_t *p = &comm->peers[r];
+        if (!p->algo_ok || !p->proto_ok)
+            return ERR(chorusInvalidUsage, SUB_INIT,
+                       "rank %d's %s=\"%s\" is not valid (that rank's error says why)", r,
+                       p->algo_ok ? "CHORUS_PROTO" : "CHORUS_ALGO",
+                       p->algo_ok ? p->proto : p->algo);
     }
     const peer_info_t *p0 = &comm->peers[0];
     for (int r = 1; r < comm->nranks; r++) {
         const peer_info_t *p = &comm->peers[r];
-        if (!p->algo_ok || !p0->algo_ok) {
-            int bad = p0->algo_ok ? r : 0;
-            return ERR(chorusInvalidUsage, SUB_INIT,
-                       "rank %d's CHORUS_ALGO=\"%s\" is not valid (that rank's error says why)",
-                       bad, comm->peers[bad].algo);
-        }
         if (p->nchannels != p0->nchannels || p->nchannels_forced != p0->nchannels_forced ||
             p->max_nchannels != p0->max_nchannels)
             return ERR(chorusInvalidUsage, SUB_INIT,
@@ -242,6 +250,8 @@ static chorusResult_t check_fifo_params(const params_t *p)
 static chorusResult_t setup_channels(chorusComm_t comm)
 {
     int n = comm->nranks;
+    if (n < 1) /* checked by every init entry; said again for the sizes below */
+        return ERR(chorusInternalError, SUB_INIT, "nranks=%d", n);
     int *host_of = comm->host_of = malloc(sizeof(int) * n);
     int *nlocal = calloc(n, sizeof(int));
     conn_req_t *reqs = malloc(sizeof(conn_req_t) * 2 * MAX_CHANNELS);

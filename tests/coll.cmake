@@ -108,8 +108,9 @@ if(MPI_C_FOUND)
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/window_mismatch.sh ${MPIEXEC_EXECUTABLE}
             $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,1031)
   # Two ranks with different channels, CHORUS_ALGO, CHORUS_ZCOPY_ALLREDUCE_MIN or
-  # CHORUS_ALLTOALL_DIRECT_MAX: init fails at once on both, naming the variable (it used to wait
-  # for CHORUS_TIMEOUT_MS); equal settings spelt differently run. 7 s here.
+  # CHORUS_ALLTOALL_DIRECT_MAX, or an invalid CHORUS_PROTO on one: init fails at once on both,
+  # naming the variable (it used to wait for CHORUS_TIMEOUT_MS); equal settings spelt
+  # differently run. 8 s here.
   chorus_add_test(NAME settings_mismatch_mpi_2 TIMEOUT 300
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/settings_mismatch.sh ${MPIEXEC_EXECUTABLE}
             $<TARGET_FILE:coll_matrix_mpi>)

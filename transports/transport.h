@@ -43,11 +43,13 @@ typedef struct peer_info {
     /* Settings every rank must share before the rings are built (init.c, settings_alike): the
      * channels it would build (CHORUS_NCHANNELS or chorusConfig_t, clamped; whether forced;
      * CHORUS_MAX_NCHANNELS), and CHORUS_ALGO: whether it parses, what it allows (and whether it
-     * is set at all) as a key, and its text for the message. */
+     * is set at all) as a key, and its text for the message; CHORUS_PROTO: whether it parses
+     * (every valid value allows Simple, the only protocol), and its text. */
     int32_t nchannels, nchannels_forced, max_nchannels;
-    int32_t algo_ok;
+    int32_t algo_ok, proto_ok;
     uint64_t algo_key;
     char algo[PEER_ALGO_BYTES];
+    char proto[PEER_ALGO_BYTES];
 } peer_info_t;
 
 struct net_state;
