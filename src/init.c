@@ -99,8 +99,9 @@ static void fill_peer_info(const chorusComm_t comm, peer_info_t *info)
  * initializing?"; with CHORUS_ALGO or CHORUS_ZCOPY_ALLREDUCE_MIN differing, the first call the
  * ranks ran differently waited as long and then blamed a slow or deadlocked peer. Every rank
  * compares every rank's settings with rank 0's, so all fail alike, naming the variable, both
- * values and what to do. Here those the rings and the tuner need (from the peer info), then
- * settings_alike_direct those of the one-host algorithms.
+ * values and what to do. Here CHORUS_ALGO and CHORUS_PROTO (from the peer info); the channels
+ * in setup_channels (channels_alike, once the hosts are known: they decide the default), and
+ * the one-host algorithms' settings in setup_tuner (settings_alike_direct).
  */
 static chorusResult_t settings_alike(chorusComm_t comm)
 {
@@ -121,16 +122,6 @@ static chorusResult_t settings_alike(chorusComm_t comm)
     const peer_info_t *p0 = &comm->peers[0];
     for (int r = 1; r < comm->nranks; r++) {
         const peer_info_t *p = &comm->peers[r];
-        if (p->nchannels != p0->nchannels || p->nchannels_forced != p0->nchannels_forced ||
-            p->max_nchannels != p0->max_nchannels)
-            return ERR(chorusInvalidUsage, SUB_INIT,
-                       "rank %d would build %d channels (%s, at most %d) where rank 0 builds %d "
-                       "(%s, at most %d): CHORUS_NCHANNELS, CHORUS_MIN_NCHANNELS and "
-                       "CHORUS_MAX_NCHANNELS (or chorusConfig_t's minChannels and maxChannels) "
-                       "must be the same on every rank; export them alike to all (mpirun -x)",
-                       r, p->nchannels, p->nchannels_forced ? "CHORUS_NCHANNELS" : "automatic",
-                       p->max_nchannels, p0->nchannels,
-                       p0->nchannels_forced ? "CHORUS_NCHANNELS" : "automatic", p0->max_nchannels);
         if (p->algo_key != p0->algo_key)
             return ERR(chorusInvalidUsage, SUB_INIT,
                        "CHORUS_ALGO is %s%s%s on rank %d and %s%s%s on rank 0: it must allow the "
@@ -139,6 +130,38 @@ static chorusResult_t settings_alike(chorusComm_t comm)
                        p->algo[0] ? "\"" : "", p->algo[0] ? p->algo : "unset",
                        p->algo[0] ? "\"" : "", r, p0->algo[0] ? "\"" : "",
                        p0->algo[0] ? p0->algo : "unset", p0->algo[0] ? "\"" : "");
+    }
+    return chorusSuccess;
+}
+
+/* The channels rank p builds in a communicator of nhosts hosts: its CHORUS_NCHANNELS (or
+ * chorusConfig_t's), clamped to its minimum and maximum; across hosts two by default (one per
+ * tree of the double binary tree, and two rings whose traffic the proxy can overlap). */
+static int channels_built(const peer_info_t *p, int nhosts)
+{
+    return !p->nchannels_forced && nhosts > 1 && p->nchannels < 2 && p->max_nchannels >= 2
+               ? 2
+               : p->nchannels;
+}
+
+/* Every rank must build as many channels as rank 0 (settings_alike's rule). */
+static chorusResult_t channels_alike(const chorusComm_t comm, int nhosts)
+{
+    const peer_info_t *p0 = &comm->peers[0];
+    int want = channels_built(p0, nhosts);
+    for (int r = 1; r < comm->nranks; r++) {
+        const peer_info_t *p = &comm->peers[r];
+        int got = channels_built(p, nhosts);
+        if (got != want)
+            return ERR(chorusInvalidUsage, SUB_INIT,
+                       "rank %d would build %d channel%s where rank 0 builds %d (rank %d: %s, "
+                       "at most %d; rank 0: %s, at most %d): CHORUS_NCHANNELS, "
+                       "CHORUS_MIN_NCHANNELS and CHORUS_MAX_NCHANNELS (or chorusConfig_t's "
+                       "minChannels and maxChannels) must be the same on every rank; export them "
+                       "alike to all (mpirun -x)",
+                       r, got, got == 1 ? "" : "s", want, r,
+                       p->nchannels_forced ? "CHORUS_NCHANNELS" : "automatic", p->max_nchannels,
+                       p0->nchannels_forced ? "CHORUS_NCHANNELS" : "automatic", p0->max_nchannels);
     }
     return chorusSuccess;
 }
@@ -280,12 +303,9 @@ static chorusResult_t setup_channels(chorusComm_t comm)
             comm->machine_ranks = same;
     }
     comm->nhosts = nhosts;
+    CHECK_GOTO(channels_alike(comm, nhosts), res, out);
     comm->cuda_direct = cuda_dev_decide(comm);
-    /* Across hosts, two channels by default: one per tree of the double binary tree, and two
-     * rings whose traffic the proxy can overlap. */
-    if (!comm->nchannels_forced && nhosts > 1 && comm->nchannels < 2 &&
-        comm->params.max_nchannels >= 2)
-        comm->nchannels = 2;
+    comm->nchannels = channels_built(&comm->peers[comm->rank], nhosts);
     int nreq = 0;
     size_t slot = (size_t)(comm->params.buffsize / comm->params.steps);
     for (int c = 0; c < comm->nchannels; c++) {

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chorus.h"
 #include "comm.h" /* --memalloc: pieces read in place (comm->zc_reads) */
@@ -656,10 +657,35 @@ int main(int argc, char **argv)
 #endif
         chorusComm_t comm;
         chorusResult_t res = chorusCommInitMPI(&comm, MPI_COMM_WORLD);
-        if (res != chorusSuccess) {
+        /* Every rank's init result, so that each prints its own error before the job ends (the
+         * first rank to MPI_Abort could kill the others before they printed theirs;
+         * settings_mismatch.sh reads every rank's). A failed rank waits 5 s at most for the
+         * others' results, then aborts the job as before. */
+        int ok = res == chorusSuccess, all_ok = 0;
+        MPI_Request req;
+        MPI_Iallreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req);
+        if (!ok) {
             fprintf(stderr, "rank %d: chorusCommInitMPI: %s: %s\n", me, chorusGetErrorString(res),
                     chorusGetLastError(NULL));
-            MPI_Abort(MPI_COMM_WORLD, 1);
+            int done = 0;
+            for (int ms = 0; !done && ms < 5000; ms++) {
+                MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+                if (!done) {
+                    struct timespec ts = {0, 1000000};
+                    nanosleep(&ts, NULL);
+                }
+            }
+            if (!done)
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            MPI_Finalize();
+            return 1;
+        }
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        if (!all_ok) {
+            fprintf(stderr, "rank %d: init failed on another rank\n", me);
+            chorusCommDestroy(comm);
+            MPI_Finalize();
+            return 1;
         }
         ctx_t c = {.rank = me, .n = nranks_g, .comm = comm};
         run_matrix(&c);

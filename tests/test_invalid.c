@@ -423,6 +423,84 @@ static void run_init_args(void)
                            "naming the argument");
 }
 
+/* ---- ranks whose configs differ in what decides how they talk ---- */
+
+typedef struct mismatch_rank {
+    int rank;
+    chorusUniqueId id;
+    int min_channels, max_channels;
+    chorusResult_t res;
+    double seconds;
+    char error[1024];
+} mismatch_rank_t;
+
+static void *mismatch_rank_thread(void *p)
+{
+    mismatch_rank_t *a = p;
+    chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 10000;
+    cfg.minChannels = a->min_channels;
+    cfg.maxChannels = a->max_channels;
+    chorusComm_t c = NULL;
+    double t0 = harness_now_s();
+    a->res = chorusCommInitRankConfig(&c, 2, a->id, a->rank, &cfg);
+    a->seconds = harness_now_s() - t0;
+    snprintf(a->error, sizeof(a->error), "%s", chorusGetLastError(NULL));
+    if (a->res == chorusSuccess)
+        chorusCommDestroy(c);
+    return NULL;
+}
+
+/* Two thread ranks initialized with the given minChannels and maxChannels each. */
+static void init_two(mismatch_rank_t r[2], const int min[2], const int max[2])
+{
+    chorusUniqueId id;
+    CHECK_OK(chorusGetUniqueId(&id));
+    pthread_t t[2];
+    int started[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        memset(&r[i], 0, sizeof(r[i]));
+        r[i].rank = i;
+        r[i].id = id;
+        r[i].min_channels = min[i];
+        r[i].max_channels = max[i];
+        r[i].res = chorusInternalError;
+        started[i] = pthread_create(&t[i], NULL, mismatch_rank_thread, &r[i]) == 0;
+        if (!started[i])
+            FAIL("pthread_create");
+    }
+    for (int i = 0; i < 2; i++)
+        if (started[i])
+            pthread_join(t[i], NULL);
+}
+
+/* Two ranks whose chorusConfig_t minChannels differ (1 and 3) built 1 and 3 channels and waited
+ * in the bootstrap for timeoutMs (init.c, channels_alike): both must fail init with
+ * chorusInvalidUsage naming minChannels, at once (well inside the 10 s). maxChannels 2 and 4
+ * build one channel each on one host: that runs. */
+static void run_config_mismatch(void)
+{
+    long before = harness_failures;
+    mismatch_rank_t r[2];
+    init_two(r, (const int[]){1, 3}, (const int[]){32, 32});
+    for (int i = 0; i < 2; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "rank %d of 2 with minChannels %d", i, i == 0 ? 1 : 3);
+        harness_expect_refused(what, r[i].res, chorusInvalidUsage, r[i].error, "minChannels", NULL);
+        if (r[i].seconds > 5)
+            FAIL("%s: init took %.1f s to fail (timeoutMs 10000: a wait, not a check)", what,
+                 r[i].seconds);
+    }
+    init_two(r, (const int[]){1, 1}, (const int[]){2, 4});
+    for (int i = 0; i < 2; i++)
+        if (r[i].res != chorusSuccess)
+            FAIL("rank %d of 2 with maxChannels %d (one channel either way): init %s: %s", i,
+                 i == 0 ? 2 : 4, chorusGetErrorString(r[i].res), r[i].error);
+    harness_report(before, "ranks whose chorusConfig_t minChannels differ (1, 3) both fail init "
+                           "at once, naming minChannels; maxChannels 2 and 4 (one channel each) "
+                           "run");
+}
+
 /* ---- an aborted communicator ---- */
 
 typedef struct abort_rank {
@@ -680,6 +758,7 @@ int main(void)
     run_count0_alone();
     run_group();
     run_init_args();
+    run_config_mismatch();
     run_memalloc();
     harness_destroy_all(comms, NRANKS);
     run_aborted();
