@@ -40,11 +40,11 @@ typedef struct peer_info {
     int32_t ngpus; /* GPUs of its host */
     int32_t nnics; /* NICs of its host (names of the first PEER_MAX_NICS below) */
     char nics[PEER_MAX_NICS][PEER_NIC_NAME_BYTES];
-    /* Settings every rank must share before the rings are built (init.c, settings_alike): the
-     * channels it would build (CHORUS_NCHANNELS or chorusConfig_t, clamped; whether forced;
-     * CHORUS_MAX_NCHANNELS), and CHORUS_ALGO: whether it parses, what it allows (and whether it
-     * is set at all) as a key, and its text for the message; CHORUS_PROTO: whether it parses
-     * (every valid value allows Simple, the only protocol), and its text. */
+    /* Settings every rank must share before the rings are built (init.c: settings_alike, then
+     * channels_alike): what decides the channels it builds (CHORUS_NCHANNELS or chorusConfig_t,
+     * clamped; whether forced; CHORUS_MAX_NCHANNELS), and CHORUS_ALGO: whether it parses, what it
+     * allows (and whether it is set at all) as a key, and its text for the message; CHORUS_PROTO:
+     * whether it parses (every valid value allows Simple, the only protocol), and its text. */
     int32_t nchannels, nchannels_forced, max_nchannels;
     int32_t algo_ok, proto_ok;
     uint64_t algo_key;
