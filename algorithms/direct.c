@@ -328,8 +328,8 @@ HOT_PATH static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const 
  * 2 ranks, 64 KiB a rank: the two copies of the window path took 5.7 and 5.4 us here (into a
  * window the peer read last, 11.6 GB/s; out of the peer's fresh lines, 12.2), a local copy 1.7.
  */
-HOT_PATH static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v,
-                                             const coll_args_t *a, int zc, const mem_ref_t *zref)
+static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                                    int zc, const mem_ref_t *zref)
 {
     int n = v->nranks, me = v->rank;
     size_t nbytes = a->count * p->esize;
@@ -487,7 +487,7 @@ HOT_PATH static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v,
  * (zero-copy: read in place from its chorusMemAlloc input). In place, a rank's blocks are in its
  * lines or buffer before it overwrites them, and its own block stays where it is.
  */
-HOT_PATH static chorusResult_t alltoall(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+static chorusResult_t alltoall(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank;
     size_t es = p->esize, per = v->buf_nbytes / es / (size_t)n, total = a->count * (size_t)n * es;

@@ -64,7 +64,7 @@ HOT_PATH static void gate_park(void *arg)
 {
     direct_gate_t *g = arg;
     direct_sched_t *me = &hdr(g->v, g->v->rank)->sched;
-    int cpu = sched_getcpu();
+    int cpu = fifo_cpu();
     if (__atomic_load_n(&me->cpu, __ATOMIC_RELAXED) != cpu)
         __atomic_store_n(&me->cpu, cpu, __ATOMIC_RELAXED);
     if (g->balance && ++g->parks % DIRECT_GATE_BALANCE_EVERY == 0)
@@ -93,7 +93,7 @@ HOT_PATH static int gate_yield_useful(void *arg)
 {
     const direct_gate_t *g = arg;
     const direct_view_t *v = g->v;
-    int cpu = sched_getcpu();
+    int cpu = fifo_cpu();
     direct_sched_t *me = &hdr(v, v->rank)->sched;
     if (__atomic_load_n(&me->cpu, __ATOMIC_RELAXED) != cpu)
         __atomic_store_n(&me->cpu, cpu, __ATOMIC_RELAXED);
@@ -131,7 +131,8 @@ HOT_PATH static int gate_yield_useful(void *arg)
  * parks (about 0.1 ms of 4-rank 8 B calls), as reading every rank's CPU costs a line from the
  * other core each.
  */
-int direct_gate_balance_to(const int *cpu_of, int n, int me, const int *cpus, int ncpus)
+__attribute__((cold)) int direct_gate_balance_to(const int *cpu_of, int n, int me, const int *cpus,
+                                                 int ncpus)
 {
     int cur = cpu_of[me], held[DIRECT_GATE_MAX_RANKS] = {0}, mine = -1;
     if (ncpus < 2 || ncpus > DIRECT_GATE_MAX_RANKS)
@@ -172,7 +173,8 @@ static int tasks_running(void)
     return sscanf(buf, "%*s %*s %*s %d/", &running) == 1 ? running : -1;
 }
 
-static __attribute__((noinline)) void gate_balance(direct_gate_t *g, int cur)
+/* Cold: once every DIRECT_GATE_BALANCE_EVERY parks, out of the pages every call runs. */
+static __attribute__((noinline, cold)) void gate_balance(direct_gate_t *g, int cur)
 {
     const direct_view_t *v = g->v;
     int cpu_of[DIRECT_GATE_MAX_RANKS];
@@ -241,8 +243,8 @@ void direct_gate_init(direct_gate_t *g, const direct_view_t *v, int balance)
 }
 
 /* Wait until rank r's flag (ready, reduced or done, at offset off in its header) reaches s. */
-HOT_PATH chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_t off,
-                                         uint64_t s, const char *what)
+chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_t off, uint64_t s,
+                                const char *what)
 {
     fifo_flag_t *f = (fifo_flag_t *)(void *)((char *)hdr(v, r) + off);
     p->wait.peer = r;
@@ -265,8 +267,8 @@ HOT_PATH chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int
 }
 
 /* Wait for every other rank's flag, starting after this rank (spreads who waits on whom). */
-HOT_PATH chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, uint64_t s,
-                                        const char *what)
+chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, uint64_t s,
+                               const char *what)
 {
     for (int k = 1; k < v->nranks; k++)
         CHECK(direct_wait_flag(p, v, (v->rank + k) % v->nranks, off, s, what));
@@ -586,8 +588,7 @@ HOT_PATH int direct_zc_expose(const direct_view_t *v, const void *in, size_t nby
     return v->zc_find(in, nbytes, ref);
 }
 
-HOT_PATH void direct_publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *ref,
-                                   size_t off)
+void direct_publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, size_t off)
 {
     fifo_flag_t *f = &hdr(v, v->rank)->ready[s & 1];
     mem_ref_t r;
@@ -601,23 +602,23 @@ HOT_PATH void direct_publish_ready(const direct_view_t *v, uint64_t s, const mem
     fifo_set_flag(f, s);
 }
 
-HOT_PATH void direct_slot_ready(const direct_view_t *v, uint64_t s)
+void direct_slot_ready(const direct_view_t *v, uint64_t s)
 {
     fifo_set_flag(&hdr(v, v->rank)->ready[s & 1], s);
 }
 
 /* Publish this rank's input of piece s, len elements from element off of in: in place at ref
  * (zero-copy), or copied into its window buffer (ref NULL). */
-HOT_PATH void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s,
-                                   const mem_ref_t *ref, const char *in, size_t off, size_t len)
+void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const mem_ref_t *ref,
+                          const char *in, size_t off, size_t len)
 {
     if (ref == NULL)
         p->ops->copy(buf(v, v->rank, s), in + off * p->esize, len * p->esize);
     direct_publish_ready(v, s, ref, off * p->esize);
 }
 
-HOT_PATH chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f,
-                                      size_t skip, size_t nbytes, const char **src)
+chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f, size_t skip,
+                             size_t nbytes, const char **src)
 {
     mem_ref_t ref;
     memcpy(&ref, f->payload, sizeof(ref));
@@ -676,8 +677,8 @@ chorusResult_t direct_read_where(prims_t *p, const direct_view_t *v, int r, uint
 
 /* Rank r's input of piece s, nbytes, once its ready flag is seen: its window buffer, or its own
  * memory read in place (this rank's: mine, when it exposed it). */
-HOT_PATH chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
-                                        size_t nbytes, char **src)
+chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
+                               size_t nbytes, char **src)
 {
     if (r == v->rank) {
         *src = mine != NULL ? (char *)mine : buf(v, r, s);
@@ -723,7 +724,7 @@ chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int decides, int 
 
 /* Zero-copy, at the end of a call: peers read this rank's memory until their done flags reach
  * s, the call's last piece; the caller may change it once this returns. */
-HOT_PATH chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s)
+chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s)
 {
     for (int k = 1; k < v->nranks; k++) {
         int r = (v->rank + k) % v->nranks;

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include "fifo.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <linux/membarrier.h>
@@ -24,8 +25,12 @@
 #include <stdint.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/syscall.h>
+#if CHORUS_HAVE_RSEQ
+#include <sys/rseq.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -42,12 +47,63 @@
 int fifo_fence_mode; /* fifo.h */
 static pthread_once_t fence_once = PTHREAD_ONCE_INIT;
 
+/*
+ * The clock and the CPU number of every wait without libc's wrappers (fifo_now_ns, fifo_cpu; the
+ * yield is fifo.h's fifo_yield): clock_gettime, sched_getcpu and sched_yield each sit on a libc
+ * page of their own, three pages more for a call to touch after every process switch (debug.h's
+ * HOT_PATH). The vDSO's clock, found once; the CPU number from the thread's rseq area, where
+ * glibc registered one (sched_getcpu reads the same word). Where either is missing (no vDSO under
+ * valgrind, rseq off), libc's function.
+ */
+typedef int (*vdso_gettime_t)(clockid_t, struct timespec *);
+static vdso_gettime_t vdso_gettime;
+static int rseq_ok; /* 1: rseq_cpu_off is the offset of this thread's rseq cpu_id from %fs */
+static long rseq_cpu_off;
+
+static void fast_sys_decide(void)
+{
+    void *vdso = dlopen("linux-vdso.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (vdso != NULL) {
+        vdso_gettime_t f = (vdso_gettime_t)(uintptr_t)dlsym(vdso, "__vdso_clock_gettime");
+        struct timespec ts;
+        if (f != NULL && f(CLOCK_MONOTONIC, &ts) == 0)
+            __atomic_store_n(&vdso_gettime, f, __ATOMIC_RELEASE);
+        dlclose(vdso); /* the vDSO stays mapped: it is never unloaded */
+    }
+#if defined(__x86_64__) && CHORUS_HAVE_RSEQ
+    if (__rseq_size >= offsetof(struct rseq, cpu_id) + sizeof(uint32_t)) {
+        rseq_cpu_off = (long)__rseq_offset + (long)offsetof(struct rseq, cpu_id);
+        __atomic_store_n(&rseq_ok, 1, __ATOMIC_RELEASE);
+    }
+#endif
+}
+
 static void fence_decide(void)
 {
     long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
     int asym = q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
                syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+    fast_sys_decide();
     __atomic_store_n(&fifo_fence_mode, asym ? 1 : 2, __ATOMIC_RELEASE);
+}
+
+int fifo_fast_paths(void)
+{
+    return (__atomic_load_n(&vdso_gettime, __ATOMIC_ACQUIRE) != NULL ? 1 : 0) |
+           (__atomic_load_n(&rseq_ok, __ATOMIC_ACQUIRE) ? 2 : 0);
+}
+
+HOT_PATH int fifo_cpu(void)
+{
+#if defined(__x86_64__) && CHORUS_HAVE_RSEQ
+    if (__atomic_load_n(&rseq_ok, __ATOMIC_ACQUIRE)) {
+        int cpu;
+        __asm__ volatile("movl %%fs:(%1), %0" : "=r"(cpu) : "r"(rseq_cpu_off));
+        if (cpu >= 0) /* else not registered (yet) in this thread */
+            return cpu;
+    }
+#endif
+    return sched_getcpu();
 }
 
 void fifo_fence_setup(void)
@@ -143,11 +199,23 @@ void fifo_prefetch_write(const void *p, size_t nbytes)
 #endif
 }
 
-HOT_PATH int64_t fifo_now_ns(void)
+static inline int64_t clock_ns(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    vdso_gettime_t f = __atomic_load_n(&vdso_gettime, __ATOMIC_ACQUIRE);
+    if (f == NULL || f(clock, &ts) != 0)
+        clock_gettime(clock, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+HOT_PATH int64_t fifo_now_ns(void)
+{
+    return clock_ns(CLOCK_MONOTONIC);
+}
+
+HOT_PATH int64_t fifo_coarse_now_ns(void)
+{
+    return clock_ns(CLOCK_MONOTONIC_COARSE);
 }
 
 static inline uint32_t *low_word(uint64_t *counter)
@@ -210,7 +278,7 @@ HOT_PATH static chorusResult_t wait_word_slow(uint64_t *counter, uint32_t *sleep
             return chorusSuccess;
         int yield = g == NULL || now - yielded >= FIFO_GATE_YIELD_NS || g->yield_useful(g->arg);
         if (yield)
-            sched_yield();
+            fifo_yield();
         else
             fifo_cpu_relax();
         now = fifo_now_ns();
@@ -277,7 +345,8 @@ HOT_PATH static chorusResult_t wait_word(uint64_t *counter, uint32_t *sleepers,
                                          const uint32_t *error, const char *transport,
                                          uint64_t target, const wait_ctx_t *w, const char *what)
 {
-    static const uint32_t no_error = 0;
+    static uint32_t no_error; /* never written; .bss, beside words every call reads, not a
+                               * .rodata page of its own (debug.h's HOT_PATH) */
     if (error == NULL)
         error = &no_error;
     for (int64_t i = 0; i < w->spin; i++) {
@@ -308,8 +377,8 @@ HOT_PATH chorusResult_t fifo_wait_word(uint64_t *counter, uint32_t *sleepers, ui
     return wait_word(counter, sleepers, NULL, transport, target, w, what);
 }
 
-HOT_PATH chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wait_ctx_t *w,
-                                       const char *transport, const char *what)
+chorusResult_t fifo_wait_flag(fifo_flag_t *f, uint64_t target, const wait_ctx_t *w,
+                              const char *transport, const char *what)
 {
     return fifo_wait_word(&f->value, &f->sleepers, target, w, transport, what);
 }

@@ -12,8 +12,10 @@
 #ifndef CHORUS_FIFO_H
 #define CHORUS_FIFO_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 
 #include "chorus.h"
 
@@ -184,8 +186,24 @@ void fifo_note_failure(const wait_ctx_t *w, uint32_t kind, int peer, const char 
  * FIFO_LIVENESS_NS passed since *last_ns and w says peer's process is gone. */
 int fifo_peer_gone(const wait_ctx_t *w, int peer, const char *transport, int64_t *last_ns,
                    int64_t waited_ns);
-/* Monotonic clock in ns. */
+/* Monotonic clock in ns; the coarse one (a tick's precision, no TSC read) for rare checks. */
 int64_t fifo_now_ns(void);
+int64_t fifo_coarse_now_ns(void);
+/* The CPU this thread runs on (sched_getcpu), from the rseq area where there is one (fifo.c). */
+int fifo_cpu(void);
+/* Which of fifo.c's ways around libc fifo_fence_setup found (tests): 1 the vDSO's clock, 2 the
+ * rseq CPU number. */
+int fifo_fast_paths(void);
+/* sched_yield, as the system call itself on x86-64 (fifo.c's fast_sys_decide says why). */
+static inline void fifo_yield(void)
+{
+#if defined(__x86_64__)
+    long ret = SYS_sched_yield;
+    __asm__ volatile("syscall" : "+a"(ret) : : "rcx", "r11", "memory");
+#else
+    sched_yield();
+#endif
+}
 /* The two sides of a store-then-load handshake (fifo.c): a publisher stores, calls the light
  * fence, then loads; a sleeper stores, calls the heavy fence, then loads. Setup registers the
  * process for the heavy fence; it runs on first use, and init calls it early. */

@@ -41,28 +41,21 @@ typedef struct memops_ops {
 
 extern const memops_ops_t host_memops;
 
-/* Bytes per element of a valid dtype; 0 for an invalid value (inline: every call asks). */
+/* Bytes per element of a valid dtype; 0 for an invalid value (inline: every call asks). One
+ * nibble a dtype in an immediate (chorusInt8 lowest), where a switch became a table in .rodata:
+ * one more page for a call to touch after every process switch (debug.h's HOT_PATH). */
+#define DTYPE_NBYTES_NIBBLES 0x2842884411ull
 static inline size_t dtype_nbytes(chorusDataType_t dtype)
 {
-    switch (dtype) {
-    case chorusInt8:
-    case chorusUint8:
-        return 1;
-    case chorusFloat16:
-    case chorusBfloat16:
-        return 2;
-    case chorusInt32:
-    case chorusUint32:
-    case chorusFloat32:
-        return 4;
-    case chorusInt64:
-    case chorusUint64:
-    case chorusFloat64:
-        return 8;
-    default:
+    if ((unsigned)dtype >= chorusNumTypes)
         return 0;
-    }
+    return (size_t)(DTYPE_NBYTES_NIBBLES >> (4 * (unsigned)dtype)) & 0xf;
 }
+_Static_assert(chorusInt8 == 0 && chorusUint8 == 1 && chorusInt32 == 2 && chorusUint32 == 3 &&
+                   chorusInt64 == 4 && chorusUint64 == 5 && chorusFloat16 == 6 &&
+                   chorusFloat32 == 7 && chorusFloat64 == 8 && chorusBfloat16 == 9 &&
+                   chorusNumTypes == 10,
+               "dtype_nbytes' nibbles follow chorusDataType_t's order");
 /* Short names ("float32", "sum") for logs and errors; "?" for invalid values. */
 const char *dtype_name(chorusDataType_t dtype);
 const char *redop_name(chorusRedOp_t op);

@@ -22,10 +22,14 @@
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static chorusComm_t *live;
 static int nlive, live_cap;
-static struct {
+/* Destroyed handles, a ring of GONE_MAX allocated at the first destroy: 64 KiB in .bss would
+ * put the words every call reads (mem.c's, past this file's) a page further (debug.h's
+ * HOT_PATH). Out of memory, destroys go unrecorded and a later call names the handle unknown. */
+typedef struct gone_entry {
     const void *ptr;
     int aborted;
-} gone[GONE_MAX];
+} gone_entry_t;
+static gone_entry_t *gone;
 static int gone_next;
 /* Bumped whenever a handle leaves the live set: a thread's last "live" answer for a handle
  * stands until then (the check every call makes takes no lock). */
@@ -37,7 +41,7 @@ chorusResult_t comm_register(chorusComm_t comm)
 {
     chorusResult_t res = chorusSuccess;
     pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < GONE_MAX; i++)
+    for (int i = 0; gone != NULL && i < GONE_MAX; i++)
         if (gone[i].ptr == comm)
             gone[i].ptr = NULL; /* the address is reused: it names the new one now */
     if (nlive == live_cap) {
@@ -63,9 +67,13 @@ void comm_unregister(chorusComm_t comm, int aborted)
         if (live[i] == comm) {
             __atomic_add_fetch(&comm_registry_gen, 1, __ATOMIC_ACQ_REL);
             live[i] = live[--nlive];
-            gone[gone_next].ptr = comm;
-            gone[gone_next].aborted = aborted;
-            gone_next = (gone_next + 1) % GONE_MAX;
+            if (gone == NULL)
+                gone = calloc(GONE_MAX, sizeof(*gone));
+            if (gone != NULL) {
+                gone[gone_next].ptr = comm;
+                gone[gone_next].aborted = aborted;
+                gone_next = (gone_next + 1) % GONE_MAX;
+            }
             break;
         }
     if (nlive == 0) {
@@ -87,7 +95,7 @@ HOT_PATH static int comm_state(const void *comm)
     for (int i = 0; i < nlive && state == 0; i++)
         if (live[i] == comm)
             state = 1;
-    for (int i = 0; i < GONE_MAX && state == 0; i++)
+    for (int i = 0; gone != NULL && i < GONE_MAX && state == 0; i++)
         if (gone[i].ptr == comm)
             state = gone[i].aborted ? 2 : 3;
     pthread_mutex_unlock(&registry_lock);
@@ -196,6 +204,11 @@ void comm_failure_text(chorusComm_t comm, char *buf, size_t len)
  * comm->queued as below. Slots are never freed; a thread's goes back to the pool when it exits.
  */
 static call_slot_t *slot_list; /* grows under registry_lock */
+/* The first threads' slots: in .bss, beside the words every call reads, not in a heap page of
+ * their own (debug.h's HOT_PATH); later threads' are allocated. */
+#define SLOT_POOL 4
+static call_slot_t slot_pool[SLOT_POOL];
+static int slot_pool_used;
 __thread call_slot_t *comm_my_slot TLS_HOT; /* comm.h */
 static pthread_key_t slot_key;
 static int slot_key_ok;
@@ -226,7 +239,12 @@ static call_slot_t *slot_get(void)
     pthread_mutex_lock(&registry_lock);
     for (sl = slot_list; sl != NULL && sl->taken; sl = sl->next)
         ;
-    if (sl == NULL && posix_memalign((void **)&sl, 64, sizeof(*sl)) == 0) {
+    int fresh = sl == NULL;
+    if (fresh && slot_pool_used < SLOT_POOL)
+        sl = &slot_pool[slot_pool_used++];
+    else if (fresh && posix_memalign((void **)&sl, 64, sizeof(*sl)) != 0)
+        sl = NULL;
+    if (fresh && sl != NULL) {
         memset(sl, 0, sizeof(*sl));
         sl->next = slot_list;
         slot_list = sl;

@@ -85,10 +85,11 @@ typedef struct channel {
     comm_conn_t tree_down_send[TREE_MAX_DOWN]; /* to tree.down[i] */
 } channel_t;
 
+#define WIN_INLINE_RANKS 8
+
 struct chorusComm {
     uint32_t magic;
     int rank, nranks;
-    params_t params;
     int64_t timeout_ms;
     boot_t *boot;
     peer_info_t *peers;
@@ -130,6 +131,10 @@ struct chorusComm {
     uint64_t *win_done_seen; /* [nranks]: done flags as last read (direct.c) */
     direct_done_t win_done; /* this rank's done flag: published, pending (direct.c) */
     size_t win_slot; /* the slot size of the last piece through the window buffers (direct.c) */
+    /* win_base and win_done_seen for up to WIN_INLINE_RANKS ranks: here, in the page every call
+     * reads, not in heap blocks of their own (window.c) */
+    char *win_base_inline[WIN_INLINE_RANKS];
+    uint64_t win_done_inline[WIN_INLINE_RANKS];
     direct_view_t win_view;
     direct_gate_t win_gate; /* the gate of its waits, when win_view.gate points here */
     struct zc_map *zc_maps; /* [ZC_MAX_MAPS]: peers' chorusMemAlloc regions mapped (window.c) */
@@ -151,7 +156,6 @@ struct chorusComm {
     uint32_t abort_flag;
     uint32_t user_abort; /* chorusCommAbort was called: bootstrap waits stop too */
     chorusResult_t async_error; /* sticky error of a failed operation or a peer's notice */
-    comm_failure_t failure; /* the first failure this rank learned of (health.c) */
     fail_record_t op_fail; /* what the running operation's waits saw first */
     uint64_t coll_entered, coll_completed; /* collectives entered / completed (status queries) */
     uint64_t p2p_calls; /* point-to-point batches run, for error messages */
@@ -171,9 +175,12 @@ struct chorusComm {
     int cuda_direct; /* device-buffer collectives run GPU to GPU over cuda_p2p (cuda_dev.c) */
     struct cuda_dev *cuda_dev; /* its stream, kernels and ring, from the first such call */
     pthread_mutex_t state_lock; /* guards async_error, last_error, failure */
+    /* From here on, what calls do not read: the fields above (about 2 KiB) lie in the first page
+     * of the communicator, which comm_init aligns to a page (a process switch empties the TLB
+     * here, so every page a call touches costs it again; debug.h's HOT_PATH). */
     char last_error[1024];
-    /* Last: 57 KiB that direct calls never read, so the fields every call reads (above) lie in
-     * one or two pages (a process switch empties the TLB here; debug.h's HOT_PATH). */
+    comm_failure_t failure; /* the first failure this rank learned of (health.c) */
+    params_t params;
     channel_t channels[MAX_CHANNELS];
 };
 

@@ -247,7 +247,7 @@ int cuda_dev_reachable(chorusComm_t comm, int *peer_p)
     return 1;
 }
 
-HOT_PATH int cuda_dev_wanted(chorusComm_t comm, const comm_op_t *ops, int n)
+int cuda_dev_wanted(chorusComm_t comm, const comm_op_t *ops, int n)
 {
     if (!comm->cuda_direct || n == 0)
         return 0;

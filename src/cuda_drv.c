@@ -76,7 +76,7 @@ static void cu_resolve(void)
     }
 }
 
-HOT_PATH const char *cuda_drv_missing(void)
+const char *cuda_drv_missing(void)
 {
     pthread_once(&cu_once, cu_resolve);
     return cu_missing;

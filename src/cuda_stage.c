@@ -302,7 +302,7 @@ typedef struct cuda_async {
 
 static __thread int is_worker TLS_HOT;
 
-HOT_PATH int cuda_stage_is_worker(void)
+int cuda_stage_is_worker(void)
 {
     return is_worker;
 }
@@ -462,8 +462,8 @@ static chorusResult_t async_enqueue(chorusComm_t comm, cuda_async_t *a, int k, u
 static __attribute__((noinline)) chorusResult_t stage_async(chorusComm_t comm, comm_op_t *ops,
                                                             int n, const char *fn);
 
-HOT_PATH chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const char *fn,
-                                         int *taken_p)
+chorusResult_t cuda_stage_async(chorusComm_t comm, comm_op_t *ops, int n, const char *fn,
+                                int *taken_p)
 {
     *taken_p = 0;
     cuda_drv_missing();
@@ -561,7 +561,7 @@ static chorusResult_t stage_async(chorusComm_t comm, comm_op_t *ops, int n, cons
     return chorusSuccess;
 }
 
-HOT_PATH chorusResult_t cuda_stage_drain(chorusComm_t comm)
+chorusResult_t cuda_stage_drain(chorusComm_t comm)
 {
     cuda_async_t *a = comm->cuda_async;
     if (a == NULL || is_worker)

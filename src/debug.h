@@ -16,9 +16,14 @@
  * thread pointer) instead of a __tls_get_addr call each (7% of a 1-rank call's profile). They
  * take a few dozen bytes of the static TLS that glibc keeps for libraries loaded later. */
 #define TLS_HOT __attribute__((tls_model("initial-exec")))
-/* The functions every call runs: placed together (.text.hot), so that a call touches few code
- * pages. A process switch empties the TLB on this VM (no PCID), and 4 ranks on 2 cores switch
- * about once a call. */
+/* The functions a small collective runs every call (all-reduce, broadcast, reduce, all-gather and
+ * reduce-scatter through the windows): placed together (.text.hot), so that a call touches few
+ * code pages; what larger calls, all-to-all and send/recv run is left out. A process switch
+ * empties the TLB on this VM (no PCID), and 4 ranks on 2 cores switch about once a call, so every
+ * page a call touches costs its walk again each time. The other pages kept off that path: no PLT
+ * (-fno-plt) and no tables in .rodata (-fno-jump-tables, dtype_nbytes' immediate), the clock, CPU
+ * number and yield without libc's wrappers (fifo.c), the communicator's hot fields in its first
+ * page (comm.h), the first threads' call slots in .bss (comm.c). */
 #define HOT_PATH __attribute__((hot))
 
 enum { LOG_NONE = 0, LOG_VERSION = 1, LOG_WARN = 2, LOG_INFO = 3, LOG_TRACE = 4 };

@@ -19,9 +19,11 @@
 
 static const char *coll_name(coll_kind_t kind)
 {
-    static const char *names[] = {"chorusAllReduce", "chorusBroadcast",     "chorusReduce",
-                                  "chorusAllGather", "chorusReduceScatter", "chorusAlltoAll",
-                                  "chorusSend",      "chorusRecv"};
+    /* Rows of chars, not pointers: every call takes a name (read only on failure), and a table
+     * of pointers sits in .data.rel.ro, one more page a call would read (debug.h's HOT_PATH). */
+    static const char names[][20] = {"chorusAllReduce", "chorusBroadcast",     "chorusReduce",
+                                     "chorusAllGather", "chorusReduceScatter", "chorusAlltoAll",
+                                     "chorusSend",      "chorusRecv"};
     return names[kind];
 }
 
@@ -214,7 +216,7 @@ static int in_place(chorusComm_t comm, const coll_args_t *a)
 }
 
 /* One initializer (the rest zero): stores in place, no memset call on every collective. */
-static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
+HOT_PATH static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
 {
     int64_t nt = comm->nt_min;
     *p = (prims_t){.ops = &host_memops,
@@ -765,21 +767,20 @@ HOT_PATH chorusResult_t chorusReduceScatter(const void *sendbuff, void *recvbuff
     OP(COLL_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0);
 }
 
-HOT_PATH chorusResult_t chorusAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                                       chorusDataType_t datatype, chorusComm_t comm,
-                                       chorusStream_t stream)
+chorusResult_t chorusAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                              chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_ALLTOALL, sendbuff, recvbuff, count, datatype, chorusSum, 0);
 }
 
-HOT_PATH chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype,
-                                   int peer, chorusComm_t comm, chorusStream_t stream)
+chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_SEND, sendbuff, NULL, count, datatype, chorusSum, peer);
 }
 
-HOT_PATH chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatype,
-                                   int peer, chorusComm_t comm, chorusStream_t stream)
+chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_RECV, NULL, recvbuff, count, datatype, chorusSum, peer);
 }

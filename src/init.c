@@ -487,9 +487,11 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     debug_set_rank(rank);
     CHECK(debug_init());
     fifo_fence_setup(); /* off the first call's path (registers for membarrier) */
-    chorusComm_t comm = calloc(1, sizeof(*comm));
-    if (comm == NULL)
+    /* Page-aligned: the fields every call reads fill part of one page (comm.h). */
+    chorusComm_t comm = NULL;
+    if (posix_memalign((void **)&comm, 4096, sizeof(*comm)) != 0)
         return ERR(chorusSystemError, SUB_INIT, "out of memory");
+    memset(comm, 0, sizeof(*comm));
     comm->magic = COMM_MAGIC;
     comm->rank = rank;
     comm->nranks = nranks;

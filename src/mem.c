@@ -30,6 +30,7 @@
 #include "comm.h"
 #include "cuda_stage.h"
 #include "debug.h"
+#include "fifo.h"
 
 typedef int (*cu_pointer_get_attribute_t)(void *data, int attribute, uintptr_t ptr);
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
@@ -56,7 +57,7 @@ static int find_libcuda(struct dl_phdr_info *info, size_t size, void *arg)
     return strncmp(slash != NULL ? slash + 1 : info->dlpi_name, "libcuda.so", 10) == 0;
 }
 
-HOT_PATH int mem_is_device(const void *ptr)
+int mem_is_device(const void *ptr)
 {
     if (!mem_cuda_possible())
         return 0;
@@ -75,9 +76,7 @@ HOT_PATH int mem_cuda_possible(void)
     if (fn == NULL) {
         /* The coarse clock: every call asks, and the precise one costs a VM exit on some
          * hypervisors; a probe every 100 ms needs no precision. */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        int64_t now = fifo_coarse_now_ns();
         if (now < __atomic_load_n(&next_probe_ns, __ATOMIC_RELAXED))
             return 0;
         __atomic_store_n(&next_probe_ns, now + 100000000, __ATOMIC_RELAXED);

@@ -88,9 +88,11 @@ static void unmap_all(chorusComm_t comm)
     for (int r = 0; comm->win_base != NULL && r < comm->nranks; r++)
         if (comm->win_base[r] != NULL)
             shm_segment_unmap(comm->win_base[r], comm->win_map_nbytes);
-    free(comm->win_base);
+    if (comm->win_base != comm->win_base_inline)
+        free(comm->win_base);
     comm->win_base = NULL;
-    free(comm->win_done_seen);
+    if (comm->win_done_seen != comm->win_done_inline)
+        free(comm->win_done_seen);
     comm->win_done_seen = NULL;
     for (int i = 0; comm->zc_maps != NULL && i < ZC_MAX_MAPS; i++)
         if (comm->zc_maps[i].rank >= 0)
@@ -371,11 +373,15 @@ static chorusResult_t window_map(chorusComm_t comm)
     int timed = params_raw("CHORUS_CMA_MIN") == NULL && cma_peer(comm) >= 0;
     char *cma_buf = NULL, *scratch = NULL;
     window_card_t *cards = calloc((size_t)n, sizeof(window_card_t));
-    comm->win_base = calloc((size_t)n, sizeof(char *));
+    memset(comm->win_base_inline, 0, sizeof(comm->win_base_inline));
+    memset(comm->win_done_inline, 0, sizeof(comm->win_done_inline));
+    comm->win_base =
+        n <= WIN_INLINE_RANKS ? comm->win_base_inline : calloc((size_t)n, sizeof(char *));
     comm->win_map_nbytes = map_nbytes;
     if (cards == NULL || comm->win_base == NULL) {
         free(cards);
-        free(comm->win_base);
+        if (comm->win_base != comm->win_base_inline)
+            free(comm->win_base);
         comm->win_base = NULL;
         return ERR(chorusSystemError, SUB_INIT, "out of memory");
     }
@@ -502,7 +508,8 @@ out:
         disable(comm, why, differ);
         return chorusSuccess;
     }
-    comm->win_done_seen = calloc((size_t)n, sizeof(uint64_t));
+    comm->win_done_seen =
+        n <= WIN_INLINE_RANKS ? comm->win_done_inline : calloc((size_t)n, sizeof(uint64_t));
     if ((all & 2) && comm->win_done_seen != NULL) {
         comm->zc_maps = calloc(ZC_MAX_MAPS, sizeof(struct zc_map));
         for (int i = 0; comm->zc_maps != NULL && i < ZC_MAX_MAPS; i++)

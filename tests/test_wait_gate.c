@@ -11,6 +11,10 @@
  * 2. A gated wait that lasts: two thread ranks, rank 1 joins an 8-byte all-reduce 300 ms late;
  *    rank 0's result is right, and its thread used under 60 ms of CPU meanwhile (it spins and
  *    yields for at most FIFO_YIELD_NS, then sleeps on the futex).
+ * 3. The clock and CPU number the waits read without libc (fifo.c): fifo_cpu equals sched_getcpu
+ *    on every CPU this thread can be pinned to, fifo_now_ns and fifo_coarse_now_ns agree with
+ *    clock_gettime's clocks and never go back; the vDSO's clock is the one used wherever the
+ *    process has a vDSO.
  * Exit 0: all passed; 1: a check failed.
  */
 #define _GNU_SOURCE
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -306,6 +311,59 @@ static void lines_wake(void)
                            "all-reduce, the peer 30 ms late)");
 }
 
+static int64_t libc_ns(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void cpu_and_clock(void)
+{
+    long before = harness_failures;
+    fifo_fence_setup();
+    int fast = fifo_fast_paths();
+    if (getauxval(AT_SYSINFO_EHDR) != 0)
+        CHECK(fast & 1, "the process has a vDSO, but fifo_now_ns reads libc's clock_gettime");
+    cpu_set_t saved, one;
+    CHECK(sched_getaffinity(0, sizeof(saved), &saved) == 0, "sched_getaffinity failed");
+    int cpus = 0;
+    for (int c = 0; c < CPU_SETSIZE && cpus < 64; c++) {
+        if (!CPU_ISSET(c, &saved))
+            continue;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        if (sched_setaffinity(0, sizeof(one), &one) != 0)
+            continue;
+        cpus++;
+        CHECK(fifo_cpu() == c && sched_getcpu() == c,
+              "pinned to CPU %d: fifo_cpu %d, sched_getcpu %d", c, fifo_cpu(), sched_getcpu());
+    }
+    sched_setaffinity(0, sizeof(saved), &saved);
+    CHECK(cpus >= 1, "could not pin this thread to any CPU");
+    int64_t last = 0, last_coarse = 0;
+    for (int i = 0; i < 100000; i++) {
+        int64_t a = libc_ns(CLOCK_MONOTONIC), t = fifo_now_ns(), b = libc_ns(CLOCK_MONOTONIC);
+        int64_t ca = libc_ns(CLOCK_MONOTONIC_COARSE), ct = fifo_coarse_now_ns();
+        int64_t cb = libc_ns(CLOCK_MONOTONIC_COARSE);
+        if (t < a || t > b || t < last || ct < ca || ct > cb || ct < last_coarse) {
+            FAIL("clocks: monotonic %lld not within [%lld, %lld] or before %lld; coarse %lld not "
+                 "within [%lld, %lld] or before %lld",
+                 (long long)t, (long long)a, (long long)b, (long long)last, (long long)ct,
+                 (long long)ca, (long long)cb, (long long)last_coarse);
+            break;
+        }
+        last = t;
+        last_coarse = ct;
+    }
+    char what[160];
+    snprintf(what, sizeof(what),
+             "fifo_cpu = sched_getcpu on %d CPU(s) (%s), fifo_now_ns and fifo_coarse_now_ns "
+             "within libc's clocks (%s)",
+             cpus, fast & 2 ? "rseq" : "libc", fast & 1 ? "vDSO" : "libc");
+    harness_report(before, what);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -313,5 +371,6 @@ int main(void)
     decisions();
     late_peer();
     lines_wake();
+    cpu_and_clock();
     return harness_finish("test_wait_gate");
 }
