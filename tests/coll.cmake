@@ -46,6 +46,15 @@ if(MPI_C_FOUND)
   endforeach()
 endif()
 
+# More ranks on one host than the communicator keeps its window pointers for inline
+# (WIN_INLINE_RANKS, 8; src/comm.h): 12 thread ranks, one-shot and two-shot forced, so the
+# direct windows' per-rank arrays come from the heap.
+foreach(algo oneshot twoshot)
+  chorus_add_test(NAME coll_${algo}_threads_12 TIMEOUT 300
+    COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 12 --counts 0,1,7,1031
+    ENV CHORUS_ALGO=${algo})
+endforeach()
+
 # Writers running ahead of readers on the direct algorithms (tests/test_runahead.c): broadcast,
 # reduce and all-reduce cycling through LL words, slotted buffers of 4 KiB to 256 KiB, the whole
 # buffers and two pieces; with 64 KiB buffers too (slots of 4 KiB and 8 KiB, whole buffers from
