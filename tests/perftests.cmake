@@ -98,6 +98,11 @@ function(chorus_perftests_add_tests run)
     COMMAND ${tests_dir}/perftests_floor.sh ${PROJECT_SOURCE_DIR}/perftests/floor
       ${PROJECT_BINARY_DIR}
     TIMEOUT 180 LABELS perf mpi)
+  # perftests/pages: one rank's pages in 2 ms of 4-rank 8 B all-reduces.
+  chorus_add_test(NAME perf_pages
+    COMMAND ${tests_dir}/perftests_pages.sh ${PROJECT_SOURCE_DIR}/perftests/pages
+      ${PROJECT_BINARY_DIR}
+    TIMEOUT 150 LABELS perf mpi)
   chorus_add_test(NAME perf_all_reduce_stream_group
     COMMAND ${run} mpi 3 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 0 -e 64K -f 8 -d all -o sum
       -n 3 -w 1 -y 0 -m 2 -z 1
