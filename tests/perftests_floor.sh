@@ -9,34 +9,9 @@
 set -u
 floor=${1:?usage: perftests_floor.sh FLOOR BUILD_DIR} build=${2:?}
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-command -v mpirun >/dev/null || {
-    echo "SKIP: mpirun not found"
-    exit 77
-}
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# In a session of its own, so that a run past the deadline is killed whole (mpirun, the ranks
-# and the probes with it), not only the script.
-setsid "$floor" -r 1 -n 300 "$build" >"$tmp/out" 2>&1 &
-pid=$!
-for _ in $(seq 120); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 1
-done
-if kill -0 "$pid" 2>/dev/null; then
-    kill -KILL -- "-$pid" 2>/dev/null
-    fail "floor ran past 120 s: $(cat "$tmp/out")"
-fi
-wait "$pid"
-rc=$?
-out=$(cat "$tmp/out")
-echo "$out"
-[ "$rc" -eq 0 ] || fail "floor exited $rc"
+# shellcheck source-path=SCRIPTDIR source=support/tool_run.sh
+. "$(dirname "$0")/support/tool_run.sh"
+tool_run 120 floor "$floor" -r 1 -n 300 "$build"
 grep -q '^# round .*ompi/model$' <<<"$out" || fail "no header line"
 rows=$(grep -v '^#' <<<"$out")
 [ "$(wc -l <<<"$rows")" -eq 3 ] || fail "expected 3 rows (8, 32, 128 B)"
@@ -55,9 +30,5 @@ awk 'BEGIN { want[8]; want[32]; want[128] }
     END { for (s in want) { print "size " s " missing"; bad = 1 } exit bad }' <<<"$rows" ||
     fail "rows malformed"
 
-mkdir "$tmp/empty"
-msg=$("$floor" "$tmp/empty" 2>&1)
-rc=$?
-[ "$rc" -eq 2 ] || fail "a build dir without the probes gave exit $rc, not 2"
-grep -q 'switch_cost is missing' <<<"$msg" || fail "the refusal does not name the missing probe: $msg"
+tool_refuses_empty "switch_cost" "$floor"
 echo "PASS"

@@ -9,33 +9,9 @@
 set -u
 pages=${1:?usage: perftests_pages.sh PAGES BUILD_DIR} build=${2:?}
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
-command -v mpirun >/dev/null || {
-    echo "SKIP: mpirun not found"
-    exit 77
-}
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-# In a session of its own, so that a run past the deadline is killed whole.
-setsid "$pages" -w 2000 "$build" >"$tmp/out" 2>&1 &
-pid=$!
-for _ in $(seq 90); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 1
-done
-if kill -0 "$pid" 2>/dev/null; then
-    kill -KILL -- "-$pid" 2>/dev/null
-    fail "pages ran past 90 s: $(cat "$tmp/out")"
-fi
-wait "$pid"
-rc=$?
-out=$(cat "$tmp/out")
-echo "$out"
-[ "$rc" -eq 0 ] || fail "pages exited $rc"
+# shellcheck source-path=SCRIPTDIR source=support/tool_run.sh
+. "$(dirname "$0")/support/tool_run.sh"
+tool_run 90 pages "$pages" -w 2000 "$build"
 total=$(sed -n 's/^all_reduce, 4 ranks, 8 B: one rank touched \([0-9][0-9]*\) pages in 2000 us$/\1/p' <<<"$out")
 if [ -z "$total" ] || [ "$total" -le 0 ]; then
     fail "no summary line with a positive page count"
@@ -47,9 +23,5 @@ fi
 grep -Eq '^  libchorus pages \(file offset / 4 KiB\):( [0-9a-f]+)+$' <<<"$out" ||
     fail "no libchorus page numbers"
 
-mkdir "$tmp/empty"
-msg=$("$pages" "$tmp/empty" 2>&1)
-rc=$?
-[ "$rc" -eq 2 ] || fail "a build dir without the probes gave exit $rc, not 2"
-grep -q 'is missing' <<<"$msg" || fail "the refusal does not name what is missing: $msg"
+tool_refuses_empty all_reduce_perf "$pages"
 echo "PASS"
