@@ -49,6 +49,10 @@ typedef struct perf_ctx {
     char *dev_send, *dev_recv;
     char device_name[96];
     long long local_errors; /* checks of this rank that found wrong elements */
+    /* --rewrite 1: this column's input as prepared, copied over the buffer the call reads
+     * before each timed iteration (perf_rewrite) */
+    char *fresh;
+    size_t fresh_nbytes, fresh_cap;
     perf_report_t report; /* the table, the summary and the -J file (report.c) */
 } perf_ctx_t;
 
@@ -256,6 +260,14 @@ static void perf_print_banner(perf_ctx_t *ctx)
                    "chorus %s time, > 1: Chorus faster\n",
                    vs, vs);
     }
+    if (o->rewrite && o->device_bufs) {
+        PERF_PRINT("# --rewrite ignored with --device cuda: the calls read device memory\n");
+        ctx->o.rewrite = 0;
+    } else if (o->rewrite) {
+        PERF_PRINT("# --rewrite 1: each timed iteration first writes its input again (the same "
+                   "values, a memcpy; in %s times)\n",
+                   ctx->o.compare_mpi ? "both libraries'" : "the");
+    }
     if (o->json_path != NULL) {
         PERF_PRINT("# Writing JSON to %s\n", o->json_path);
     }
@@ -411,6 +423,43 @@ static void perf_mpi_call(const perf_case_t *c, MPI_Datatype dt, MPI_Op op)
     perf_ctx.coll->mpi_run(perf_ctx.sendbuf, perf_ctx.recvbuf, c, dt, op, MPI_COMM_WORLD);
 }
 
+/*
+ * --rewrite 1: the input written again before each timed iteration (each -m group), as a training
+ * step writes fresh gradients before it reduces them, for Chorus and MPI alike: the same values,
+ * copied from perf_ctx.fresh (a memcpy of the input, in both libraries' times). Without it the
+ * input is written once, before warm-up, as in nccl-tests, and a library whose peers read it in
+ * place finds it in their caches from the call before: written again, its lines must first be
+ * taken back from them (perftests/README.md, "chorusMemAlloc buffers").
+ */
+static void perf_fresh(const perf_case_t *c, const char *sendp)
+{
+    perf_ctx_t *ctx = &perf_ctx;
+    ctx->fresh_nbytes = 0;
+    if (!ctx->o.rewrite) {
+        return;
+    }
+    size_t nbytes = c->counts.sendcount * perf_dtype_size(c->dtype);
+    if (nbytes > ctx->fresh_cap) {
+        free(ctx->fresh);
+        ctx->fresh = malloc(nbytes);
+        ctx->fresh_cap = ctx->fresh != NULL ? nbytes : 0;
+        if (ctx->fresh == NULL) {
+            fprintf(stderr, "%s: rank %d: --rewrite: out of memory for %zu bytes\n", ctx->host,
+                    ctx->rank, nbytes);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+    memcpy(ctx->fresh, sendp, nbytes);
+    ctx->fresh_nbytes = nbytes;
+}
+
+static inline void perf_rewrite(void *input)
+{
+    if (perf_ctx.fresh_nbytes != 0) {
+        memcpy(input, perf_ctx.fresh, perf_ctx.fresh_nbytes);
+    }
+}
+
 /* iters timed Chorus iterations (each -m calls, grouped) after a barrier and one untimed call:
  * this rank's seconds, with the time until the last call returned (before waiting for the
  * stream) in *cpu_p. The untimed call lines the ranks up as the collective itself does: ranks
@@ -429,6 +478,7 @@ static double perf_time_chorus(const perf_case_t *c, const void *sendp, void *re
     perf_complete();
     t0 = perf_now();
     for (int it = 0; it < iters; it++) {
+        perf_rewrite((void *)sendp);
         if (o->agg_iters > 1) {
             PERF_CHECK(chorusGroupStart());
         }
@@ -457,6 +507,9 @@ static double perf_time_mpi(const perf_case_t *c, MPI_Datatype dt, MPI_Op op, in
     perf_mpi_call(c, dt, op);
     t0 = perf_now();
     for (int it = 0; it < iters * perf_ctx.o.agg_iters; it++) {
+        if (it % perf_ctx.o.agg_iters == 0) { /* MPI_Bcast reads recvbuf (mpi_in_place) */
+            perf_rewrite(perf_ctx.coll->mpi_in_place ? perf_ctx.recvbuf : perf_ctx.sendbuf);
+        }
         perf_mpi_call(c, dt, op);
         if (perf_ctx.o.blocking) {
             MPI_Barrier(MPI_COMM_WORLD);
@@ -501,6 +554,7 @@ static void perf_bench(const perf_case_t *c, int in_place, perf_result_t *res, p
 
     perf_buffers(c, in_place, &sendp, &recvp);
     perf_prepare(c, in_place, 0);
+    perf_fresh(c, sendp);
     perf_call(c, sendp, recvp); /* sync call */
     perf_complete();
     if (mpi_p != NULL) {
@@ -826,6 +880,7 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
 
     perf_free(ctx->sendbuf, ctx->o.register_bufs);
     perf_free(ctx->recvbuf, ctx->o.register_bufs);
+    free(ctx->fresh);
     perf_free(ctx->expected, 0);
     if (ctx->o.device_bufs) {
         perf_cuda_free(ctx->dev_send);

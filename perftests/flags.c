@@ -93,12 +93,15 @@ static void perf_usage(const char *prog, int rank)
         "Chorus']\n"
         "\t[-D,--device cuda|host: cudaMalloc'd buffers (CUDA builds), or host (default)]\n"
         "\t[-J,--output_file FILE: write the results as JSON too] [-t/-g/-p/-T/-G/-F: ignored]\n"
+        "\t[--rewrite 1: write each timed iteration's input again first, as a training step "
+        "does (Chorus and MPI alike)]\n"
         "Long names as nccl-tests'. Launch by mpirun, by CHORUS_RANK/CHORUS_NRANKS/"
         "CHORUS_ROOT (or torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), or alone.\n",
         prog);
 }
 
-/* nccl-tests' long names, and --compare, --device and --json (an alias of --output_file) */
+/* nccl-tests' long names, and --compare, --device, --json (an alias of --output_file) and
+ * --rewrite (long only: no letter of nccl-tests' taken) */
 /* clang-format off */
 static const struct option perf_longopts[] = {
     {"nthreads", 1, 0, 't'}, {"ngpus", 1, 0, 'g'}, {"minbytes", 1, 0, 'b'},
@@ -109,7 +112,7 @@ static const struct option perf_longopts[] = {
     {"stream_null", 1, 0, 'y'}, {"timeout", 1, 0, 'T'}, {"cudagraph", 1, 0, 'G'},
     {"report_cputime", 1, 0, 'C'}, {"average", 1, 0, 'a'}, {"output_file", 1, 0, 'J'},
     {"json", 1, 0, 'J'}, {"local_register", 1, 0, 'R'}, {"compare", 1, 0, 'M'},
-    {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'},
+    {"device", 1, 0, 'D'}, {"rewrite", 1, 0, 'W'}, {"help", 0, 0, 'h'},
     {NULL, 0, NULL, 0},
 };
 /* clang-format on */
@@ -133,7 +136,7 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
         {'a', &o->average, 0, 3},       {'R', &o->register_bufs, 0, 1},
         {'t', &ignored, 1, 1},          {'g', &ignored, 1, 1},
         {'p', &ignored, 0, 1L << 30},   {'T', &ignored, 0, 1L << 30},
-        {'G', &ignored, 0, 1L << 30}};
+        {'G', &ignored, 0, 1L << 30},   {'W', &o->rewrite, 0, 1}};
 
     /* nccl-tests' defaults, except the NULL stream (blocking host calls) */
     *o = (perf_opts_t){.minbytes = 32u << 20,
@@ -199,7 +202,11 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
             return -1;
         }
         if (bad) {
-            PERF_PRINT(rank, "invalid value '%s' for option -%c\n", optarg, c);
+            if (c == 'W') { /* long only */
+                PERF_PRINT(rank, "invalid value '%s' for option --rewrite (0 or 1)\n", optarg);
+            } else {
+                PERF_PRINT(rank, "invalid value '%s' for option -%c\n", optarg, c);
+            }
             return -1;
         }
     }

@@ -51,6 +51,15 @@ function(chorus_perftests_add_tests run)
     COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 512K -e 4M -f 2 -d all
       -o sum -n 3 -w 1 -R 1 --compare mpi
     TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=40)
+  # --rewrite 1: each timed iteration writes its input again first (Chorus' and MPI's alike;
+  # MPI_Bcast's is its one buffer), chorusMemAlloc buffers. A run of the flag, checked as the
+  # others (the rewrite puts back the values the row prepared); 256K, 1M: 2 rows.
+  foreach(name all_reduce broadcast)
+    chorus_add_test(NAME perf_${name}_rewrite
+      COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:${name}_perf> -b 256K -e 1M -f 4 -d float
+        -o sum -n 3 -w 1 -R 1 --rewrite 1 --compare mpi
+      TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=90 CHORUS_PERF_JSON_ROWS=2)
+  endforeach()
   # --compare mpi for each other collective: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast,
   # MPI_Reduce, MPI_Alltoall, MPI_Sendrecv, every dtype, with (-z 1) and without a barrier after
   # each call. 8 B .. 32K by 8: 5 sizes x 10 dtypes, x 2 roots (-r -1 on 2 ranks) when rooted.
