@@ -107,10 +107,6 @@ chorusResult_t tree_reduce_program(const channel_work_t *w);
  */
 #define DIRECT_SLOT_MIN_NBYTES 4096
 #define DIRECT_SLOT_MIN_COUNT 4
-/* Calls from this size up read chorusMemAlloc inputs in place where zero-copy is on: below, a
- * copy costs less than the wait for every peer's done flag that reading in place adds at the end
- * of the call. Such calls are never slotted (whatever their buffers). */
-#define DIRECT_ZC_MIN_NBYTES (512 * 1024)
 /* The slot size of such a call of nbytes with buffers of buf_nbytes, zero-copy on from zc_min
  * bytes (0: off); 0: not slotted. The tuner prices a call by the same rule the window runs it. */
 static inline size_t direct_slot_size(size_t nbytes, size_t buf_nbytes, size_t zc_min)
@@ -231,21 +227,25 @@ typedef struct direct_view {
     direct_done_t *done; /* this rank's own done flag, as direct.c last set it */
     /* Zero-copy, NULL where off: zc_find says whether [p, p + nbytes) lies in one chorusMemAlloc
      * region (and where); zc_map returns the address of rank r's data named by ref, nbytes of it
-     * readable, or NULL with the error set. Calls from zc_min_nbytes up use it. */
+     * readable, or NULL with the error set. */
     int (*zc_find)(const void *p, size_t nbytes, mem_ref_t *ref);
     const char *(*zc_map)(void *arg, int r, const mem_ref_t *ref, size_t nbytes);
     void *zc_arg;
+    /* Calls of this many bytes and more (CHORUS_ZCOPY_MIN) read chorusMemAlloc inputs in place
+     * and are never slotted (whatever their buffers). An all-reduce reads them in place only
+     * after its ranks vote for two-shot in place (direct_zc_vote): read in place in the tuner's
+     * one-shot or two-shot they cost more than the copy (2 ranks, 512 KiB-2 MiB: 1.3-1.5x the
+     * time, three alternated rounds of all_reduce_perf -b 512K -e 8M -f 2 -w 10 -n 60 -R 1 with
+     * CHORUS_ZCOPY 1 and 0; 4 ranks on 2 cores, where 4d78269 read them in place, two rounds of
+     * all_reduce_perf -b 1M -e 16M -f 4 -R 0|1 there: 1 and 4 MiB 0.89-0.99x the copy's speed
+     * with the inputs written once, 0.31-0.82x with them written again before each call,
+     * --rewrite 1). */
     size_t zc_min_nbytes;
-    /* 1: an all-reduce reads chorusMemAlloc inputs in place (one-shot, two-shot) from
-     * zc_min_nbytes too; 0: it copies them into the window as it does malloc'd ones, unless the
-     * ranks vote for two-shot in place (direct_zc_vote). 1 only where ranks outnumber cores: on
-     * the AMD VM, chorusMemAlloc buffers with zero-copy on and off (CHORUS_ZCOPY), three
-     * alternated rounds of all_reduce_perf -b 512K -e 8M -f 2 -w 10 -n 60 -R 1, out of place:
-     * 2 ranks 512 KiB-2 MiB 1.3-1.5x the time in place (1 MiB 99-118 us against 77-88), 4 MiB
-     * 0.9-1.1x; 4 ranks on 2 cores 1 MiB 184-222 against 193-274, 2 MiB 374-446 against
-     * 397-530. At 2 ranks, 1 MiB, the reductions took 25% of perf's samples reading the peer's
-     * input in place against 11% reading its window copy, more than the copy saved. */
-    int zc_allreduce_in;
+    /* A broadcast's root exposes its input from this size (CHORUS_ZCOPY_BROADCAST_MIN, and not
+     * below zc_min_nbytes); 0: never. With the root's input written before each call, the
+     * others' reads in place cost 2-3x the copy's time at 1-4 MiB and 1.0-1.4x at 16 MiB, and
+     * gained 1.3-1.6x at 64 MiB (perftests/README.md, "chorusMemAlloc buffers"). */
+    size_t zc_bcast_min_nbytes;
     uint64_t *zc_reads; /* pieces of peers' inputs this rank has read in place (tests look) */
     direct_gate_t *gate; /* NULL: waits yield whenever their spin is over */
     size_t stream_win_nbytes; /* all-gather pieces from this size go into the window with

@@ -110,18 +110,15 @@ static int expose_both(const direct_view_t *v, const coll_args_t *a, size_t nbyt
 }
 
 /* zc_out (two-shot only): the ranks agreed (direct_zc_vote) that each reduces its part
- * straight into its output and the others copy it from there. */
+ * straight into its output and the others copy it from there. Otherwise every input is copied
+ * into the window, chorusMemAlloc memory or not (direct_view_t.zc_min_nbytes says why). */
 HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_args_t *a,
                                          int twoshot, int zc_out)
 {
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
     const char *in = a->sendbuff;
     mem_ref_t zref, oref;
-    int zc, zo = 0;
-    if (twoshot && zc_out)
-        zc = zo = expose_both(v, a, nbytes, &zref, &oref);
-    else
-        zc = v->zc_allreduce_in && direct_zc_expose(v, in, nbytes, a->recvbuff, nbytes, &zref);
+    int zc = twoshot && zc_out && expose_both(v, a, nbytes, &zref, &oref);
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
@@ -133,7 +130,7 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
             direct_piece_done(v, s, 0);
             continue;
         }
-        CHECK(allreduce_piece(p, v, a, s, off, len, zc ? &zref : NULL, twoshot, zo ? &oref : NULL));
+        CHECK(allreduce_piece(p, v, a, s, off, len, zc ? &zref : NULL, twoshot, zc ? &oref : NULL));
     }
     if (zc)
         CHECK(direct_zc_release(p, v, s));
@@ -141,9 +138,11 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
 }
 
 /* Broadcast: 1 (and the ref) when the root's input can be read in place by the others (it
- * writes none of it: in place, nothing). */
+ * writes none of it: in place, nothing), from zc_bcast_min_nbytes. */
 static int root_exposes(const direct_view_t *v, const coll_args_t *a, size_t nbytes, mem_ref_t *ref)
 {
+    if (v->zc_bcast_min_nbytes == 0 || nbytes < v->zc_bcast_min_nbytes)
+        return 0;
     return direct_zc_expose(v, a->sendbuff, nbytes, a->recvbuff == a->sendbuff ? NULL : a->recvbuff,
                             nbytes, ref);
 }

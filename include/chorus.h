@@ -170,9 +170,10 @@ chorusResult_t chorusStreamQuery(chorusStream_t stream);
 chorusResult_t chorusStreamDestroy(chorusStream_t stream);
 
 /* Page-aligned host memory that Chorus may register or share (zero-copy paths): a memfd mapped
- * shared, so ranks of one host read a collective's input in place instead of copying it (see
- * CHORUS_ZCOPY). Being shared memory, it stays shared with a child made by fork(). Free it with
- * chorusMemFree only. */
+ * shared, so ranks of one host read a large collective's input in place instead of copying it
+ * (CHORUS_ZCOPY and the CHORUS_ZCOPY_*MIN sizes, 16 MiB and up by default; smaller calls copy it
+ * as malloc'd memory). Being shared memory, it stays shared with a child made by fork(). Free it
+ * with chorusMemFree only. */
 chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes);
 /* Chorus extension: CUDA device memory on the calling thread's current device (what NCCL's
  * ncclMemAlloc gives), for buffers of device-buffer collectives. The application must have

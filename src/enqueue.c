@@ -385,6 +385,8 @@ HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
                      : a->kind == COLL_BROADCAST     ? comm->zc_broadcast_min
                      : a->kind == COLL_REDUCESCATTER ? comm->zc_reducescatter_min
                                                      : 0;
+    if (zc_min > 0 && zc_min < comm->params.zcopy_min)
+        zc_min = comm->params.zcopy_min; /* smaller, no input would be read in place */
     if (zc_min > 0 && a->count * esize >= (uint64_t)zc_min && comm->nranks > 1 &&
         comm->params.algo[0] == '\0' && comm->tuner.topo.direct)
         return run_zc_vote(comm, a, choice);
@@ -398,7 +400,9 @@ HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
  * vote's answer is the same everywhere. 2 ranks, chorusMemAlloc buffers: all-reduce 16 MiB
  * 1.07-1.09 ms against the ring's 1.40-1.57, 64 MiB 5.3-6.1 against 7.8-8.4; broadcast 1-16 MiB
  * 1.4-2.5x the chain, 64 MiB 1.03-1.21x; reduce-scatter 2-32 MiB 1.6-2.4x the ring
- * (perftests/HISTORY.md). */
+ * (perftests/HISTORY.md), with inputs written once; written before each call, broadcasts below
+ * 64 MiB and reduce-scatters below 16 MiB of output lost, hence their defaults
+ * (perftests/README.md, "chorusMemAlloc buffers"). */
 static __attribute__((noinline)) chorusResult_t run_zc_vote(chorusComm_t comm, const coll_args_t *a,
                                                             tune_choice_t choice)
 {

@@ -171,6 +171,7 @@ static chorusResult_t channels_alike(const chorusComm_t comm, int nhosts)
 static chorusResult_t settings_alike_direct(chorusComm_t comm)
 {
     static const char *const names[] = {"CHORUS_ZCOPY",
+                                        "CHORUS_ZCOPY_MIN",
                                         "CHORUS_ZCOPY_ALLREDUCE_MIN",
                                         "CHORUS_ZCOPY_BROADCAST_MIN",
                                         "CHORUS_ZCOPY_REDUCESCATTER_MIN",
@@ -182,11 +183,12 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
         return ERR(chorusSystemError, SUB_INIT, "out of memory");
     int64_t *mine = all + (size_t)N * comm->rank;
     mine[0] = comm->params.zcopy;
-    mine[1] = comm->zc_allreduce_min;
-    mine[2] = comm->zc_broadcast_min;
-    mine[3] = comm->zc_reducescatter_min;
-    mine[4] = comm->alltoall_direct_max;
-    mine[5] = comm->params.cma_min;
+    mine[1] = comm->params.zcopy_min;
+    mine[2] = comm->zc_allreduce_min;
+    mine[3] = comm->zc_broadcast_min;
+    mine[4] = comm->zc_reducescatter_min;
+    mine[5] = comm->alltoall_direct_max;
+    mine[6] = comm->params.cma_min;
     chorusResult_t res = boot_allgather(comm->boot, all, N * sizeof(int64_t));
     for (int r = 1; res == chorusSuccess && r < comm->nranks; r++)
         for (int k = 0; k < N; k++)
@@ -360,7 +362,7 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
                      .machine_ranks = comm->machine_ranks,
                      .slice_nbytes = (size_t)(comm->params.buffsize / comm->params.steps),
                      .direct_nbytes = (size_t)comm->params.direct_buffsize,
-                     .direct_zc = comm->params.zcopy != 0};
+                     .direct_zc_min = comm->params.zcopy ? (size_t)comm->params.zcopy_min : 0};
     transport_net_speed(&comm->tc, &t.net_gbps, &t.net_latency_us);
     /* Cores a host's ranks share: the union of their bindings (mpirun binds each of 2 ranks to
      * its own core; the host still has both for the two). */

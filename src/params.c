@@ -64,18 +64,24 @@ static const param_def_t param_table[] = {
      "(non-temporal) stores where a step copies into them; 0: never (the default when ranks "
      "outnumber cores)"},
     {"CHORUS_ZCOPY", PT_INT, "1", 0, 1, OFF(zcopy),
-     "1: one-host direct algorithms read chorusMemAlloc inputs in place from 512 KiB (all-reduce "
-     "only where ranks outnumber cores); 0: copy"},
+     "1: one-host direct algorithms read chorusMemAlloc inputs in place from CHORUS_ZCOPY_MIN "
+     "(all-reduce: only after its vote, CHORUS_ZCOPY_ALLREDUCE_MIN); 0: copy"},
+    {"CHORUS_ZCOPY_MIN", PT_BYTES, "16M", 4096, BIG, OFF(zcopy_min),
+     "one-host reduces, all-gathers, reduce-scatters and all-to-alls whose input is at least "
+     "this many bytes read chorusMemAlloc inputs in place (broadcasts: "
+     "CHORUS_ZCOPY_BROADCAST_MIN); the thresholds below start here at the earliest (below it a "
+     "read in place cost more than the copy once the input is written between calls: "
+     "perftests/README.md)"},
     {"CHORUS_ZCOPY_ALLREDUCE_MIN", PT_BYTES, "16M", 0, BIG, OFF(zcopy_allreduce_min),
      "one-host all-reduces of at least this many bytes, where the tuner takes the ring, run "
      "two-shot reading inputs and results in place when every rank's input and output are "
      "chorusMemAlloc memory (a flag round asks); 0: never (the default when ranks outnumber "
      "cores)"},
-    {"CHORUS_ZCOPY_BROADCAST_MIN", PT_BYTES, "1M", 0, BIG, OFF(zcopy_broadcast_min),
-     "one-host broadcasts of at least this many bytes, where the tuner takes the ring, run "
-     "direct with the root's input read in place when it is chorusMemAlloc memory (a flag round "
+    {"CHORUS_ZCOPY_BROADCAST_MIN", PT_BYTES, "64M", 0, BIG, OFF(zcopy_broadcast_min),
+     "one-host broadcasts of at least this many bytes read the root's input in place when it is "
+     "chorusMemAlloc memory (where the tuner takes the ring they then run direct: a flag round "
      "asks); 0: never"},
-    {"CHORUS_ZCOPY_REDUCESCATTER_MIN", PT_BYTES, "1M", 0, BIG, OFF(zcopy_reducescatter_min),
+    {"CHORUS_ZCOPY_REDUCESCATTER_MIN", PT_BYTES, "16M", 0, BIG, OFF(zcopy_reducescatter_min),
      "one-host reduce-scatters whose output is at least this many bytes, where the tuner takes "
      "the ring, run direct with every rank's input read in place when all are chorusMemAlloc "
      "memory (a flag round asks); 0: never"},

@@ -29,6 +29,7 @@ typedef struct params {
     int64_t wait_gate; /* CHORUS_WAIT_GATE: direct waits yield only where it may help */
     int64_t wait_balance; /* CHORUS_WAIT_BALANCE: move off a CPU crowded with ranks */
     int64_t zcopy; /* CHORUS_ZCOPY: direct algorithms read chorusMemAlloc inputs in place */
+    int64_t zcopy_min; /* CHORUS_ZCOPY_MIN: from this many bytes */
     int64_t zcopy_allreduce_min; /* CHORUS_ZCOPY_ALLREDUCE_MIN: large all-reduces vote for two-shot
                                   * zero-copy from this many bytes; 0: never */
     int64_t zcopy_broadcast_min; /* CHORUS_ZCOPY_BROADCAST_MIN: the same for broadcast (direct) */

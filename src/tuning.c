@@ -486,8 +486,7 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
          * the busiest rank's bytes: see direct.c's schedules. */
         const double piece = tp.direct_nbytes > 0 ? (double)tp.direct_nbytes : k->direct_nbytes;
         double per = gather ? nb * n : nb, rounds = 1.0, dpasses;
-        const int slotted =
-            direct_slot_size(nbytes, (size_t)piece, tp.direct_zc ? DIRECT_ZC_MIN_NBYTES : 0) != 0;
+        const int slotted = direct_slot_size(nbytes, (size_t)piece, tp.direct_zc_min) != 0;
         switch (kind) {
         case COLL_ALLREDUCE:
             /* Two-shot measured on this VM (2 ranks; 4 ranks on 2 cores): 0.55-0.75x the ring's

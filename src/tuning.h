@@ -53,8 +53,9 @@ typedef struct tune_topo {
     int direct; /* node-local windows are possible (one host, all ranks over shm): the direct
                  * algorithms (one-shot, two-shot) may run */
     size_t direct_nbytes; /* a window buffer, CHORUS_DIRECT_BUFFSIZE (0: 512 KiB) */
-    int direct_zc; /* zero-copy may be on (CHORUS_ZCOPY): broadcasts and reduces from
-                    * DIRECT_ZC_MIN_NBYTES are then not slotted (algo.h) */
+    size_t direct_zc_min; /* zero-copy may be on (CHORUS_ZCOPY) from this many bytes
+                           * (CHORUS_ZCOPY_MIN; 0: off): broadcasts and reduces that big are
+                           * then not slotted (algo.h) */
 } tune_topo_t;
 
 typedef struct tuner {

@@ -126,8 +126,9 @@ if(MPI_C_FOUND)
 endif()
 
 # Zero-copy (direct.c: chorusMemAlloc inputs read in place by the peers) forced with CHORUS_ALGO,
-# 64 KiB window buffers so 140000 elements cross many pieces (zero-copy from 512 KiB: the types
-# of 4 bytes and more); buffers from chorusMemAlloc on every rank (all) or on even ranks only
+# 64 KiB window buffers so 140000 elements cross many pieces (zero-copy from 512 KiB here,
+# CHORUS_ZCOPY_MIN and CHORUS_ZCOPY_BROADCAST_MIN: the types of 4 bytes and more; all-reduces
+# copy, outside the vote below); buffers from chorusMemAlloc on every rank (all) or on even ranks only
 # (even: both kinds in one call). Threads read each other's memory by address, processes map it
 # through /proc/<pid>/fd; each run fails unless some rank read a peer's buffer in place.
 # All-to-all too (CHORUS_ALLTOALL_DIRECT_MAX).
@@ -135,12 +136,14 @@ foreach(algo oneshot twoshot)
   foreach(mode all even)
     chorus_add_test(NAME coll_zcopy_${algo}_${mode}_threads_3 TIMEOUT 300
       COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140000 --memalloc ${mode}
-      ENV CHORUS_ALGO=${algo} CHORUS_DIRECT_BUFFSIZE=65536 CHORUS_ALLTOALL_DIRECT_MAX=1G)
+      ENV CHORUS_ALGO=${algo} CHORUS_DIRECT_BUFFSIZE=65536 CHORUS_ALLTOALL_DIRECT_MAX=1G
+          CHORUS_ZCOPY_MIN=512K CHORUS_ZCOPY_BROADCAST_MIN=512K)
     if(MPI_C_FOUND)
       chorus_add_test(NAME coll_zcopy_${algo}_${mode}_mpi_4 TIMEOUT 300
         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4
                 -x CHORUS_ALGO=${algo} -x CHORUS_DIRECT_BUFFSIZE=65536
-                -x CHORUS_ALLTOALL_DIRECT_MAX=1G
+                -x CHORUS_ALLTOALL_DIRECT_MAX=1G -x CHORUS_ZCOPY_MIN=512K
+                -x CHORUS_ZCOPY_BROADCAST_MIN=512K
                 $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode})
     endif()
   endforeach()
@@ -172,7 +175,7 @@ if(MPI_C_FOUND)
             $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --cma on)
   chorus_add_test(NAME coll_cma_memalloc_even_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
-            -x CHORUS_CMA_MIN=16384
+            -x CHORUS_CMA_MIN=16384 -x CHORUS_ZCOPY_MIN=512K -x CHORUS_ZCOPY_BROADCAST_MIN=512K
             $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc even --cma on)
   chorus_add_test(NAME coll_cma_off_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
@@ -184,9 +187,9 @@ chorus_add_test(NAME coll_cma_threads_2 TIMEOUT 300
   ENV CHORUS_ALGO=oneshot)
 
 # The zero-copy votes of large all-reduces, broadcasts and reduce-scatters (enqueue.c
-# run_zc_vote, direct.c) brought down to 4 KiB with the tuner free: chorusMemAlloc buffers on
-# every rank (all: the out-of-place all-reduces of 4- and 8-byte types, 560 KiB and more, from the
-# 512 KiB zero-copy starts, must win and run two-shot with results read from the outputs;
+# run_zc_vote, direct.c) brought down to 4 KiB, with CHORUS_ZCOPY_MIN, the tuner free:
+# chorusMemAlloc buffers on every rank (all: the out-of-place all-reduces the tuner gives the
+# ring must win and run two-shot with results read from the outputs;
 # broadcasts and out-of-place reduce-scatters must win) or on even ranks only (even: every
 # all-reduce and reduce-scatter vote must lose, and the ring runs; broadcasts from even roots
 # win, from odd ones lose). 64 KiB window buffers: 140000 elements cross many pieces. 4 processes
@@ -202,18 +205,20 @@ foreach(mode all even)
     COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140000 --memalloc ${mode}
             --zc-allreduce ${vote} --zc-broadcast won --zc-reducescatter ${vote}
     ENV CHORUS_ZCOPY_ALLREDUCE_MIN=4096 CHORUS_ZCOPY_BROADCAST_MIN=4096
-        CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 CHORUS_DIRECT_BUFFSIZE=65536)
+        CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 CHORUS_ZCOPY_MIN=4096 CHORUS_DIRECT_BUFFSIZE=65536)
   if(MPI_C_FOUND)
     chorus_add_test(NAME coll_zcopy_vote_${mode}_mpi_4 TIMEOUT 300
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4
               -x CHORUS_ZCOPY_ALLREDUCE_MIN=4096 -x CHORUS_ZCOPY_BROADCAST_MIN=4096
-              -x CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 -x CHORUS_DIRECT_BUFFSIZE=65536
+              -x CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 -x CHORUS_ZCOPY_MIN=4096
+              -x CHORUS_DIRECT_BUFFSIZE=65536
               $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode}
               --zc-allreduce ${vote} --zc-reducescatter ${vote})
     chorus_add_test(NAME coll_zcopy_vote_${mode}_mpi_2 TIMEOUT 300
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2
               -x CHORUS_ZCOPY_ALLREDUCE_MIN=4096 -x CHORUS_ZCOPY_BROADCAST_MIN=4096
-              -x CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 -x CHORUS_DIRECT_BUFFSIZE=65536
+              -x CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 -x CHORUS_ZCOPY_MIN=4096
+              -x CHORUS_DIRECT_BUFFSIZE=65536
               $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode}
               --zc-broadcast won)
   endif()
@@ -239,7 +244,8 @@ foreach(algo ring twoshot)
 endforeach()
 chorus_add_test(NAME coll_stream_zcopy_oneshot_threads_3 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140000 --memalloc all
-  ENV CHORUS_NT_MIN_BYTES=1 CHORUS_ALGO=oneshot CHORUS_DIRECT_BUFFSIZE=65536)
+  ENV CHORUS_NT_MIN_BYTES=1 CHORUS_ALGO=oneshot CHORUS_DIRECT_BUFFSIZE=65536
+      CHORUS_ZCOPY_MIN=512K CHORUS_ZCOPY_BROADCAST_MIN=512K)
 if(MPI_C_FOUND)
   chorus_add_test(NAME coll_stream_ring_mpi_3 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3

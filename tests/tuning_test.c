@@ -330,11 +330,11 @@ static void check_model(void)
     }
     /* Slotted broadcasts and reduces run ahead (priced below the lag-2 pieces); with 4 MiB
      * buffers slots reach 2 MiB, but where zero-copy is on the window runs calls from
-     * DIRECT_ZC_MIN_NBYTES unslotted (algo.h), and so must the model price them. */
+     * CHORUS_ZCOPY_MIN (here 512 KiB) unslotted (algo.h), and so must the model price them. */
     tune_topo_t big_win = direct_topo(2, 2);
     big_win.direct_nbytes = 4 << 20;
     tuner_t bw_off = make_tuner(big_win, "");
-    big_win.direct_zc = 1;
+    big_win.direct_zc_min = 512 << 10;
     tuner_t bw_zc = make_tuner(big_win, "");
     for (int k = 0; k < 2; k++) {
         coll_kind_t kind = k == 0 ? COLL_BROADCAST : COLL_REDUCE;
