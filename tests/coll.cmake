@@ -128,9 +128,10 @@ endif()
 # Zero-copy (direct.c: chorusMemAlloc inputs read in place by the peers) forced with CHORUS_ALGO,
 # 64 KiB window buffers so 140000 elements cross many pieces (zero-copy from 512 KiB here,
 # CHORUS_ZCOPY_MIN and CHORUS_ZCOPY_BROADCAST_MIN: the types of 4 bytes and more; all-reduces
-# copy, outside the vote below); buffers from chorusMemAlloc on every rank (all) or on even ranks only
-# (even: both kinds in one call). Threads read each other's memory by address, processes map it
-# through /proc/<pid>/fd; each run fails unless some rank read a peer's buffer in place.
+# copy, outside the vote below); buffers from chorusMemAlloc on every rank (all) or on even
+# ranks only (even: both kinds in one call). Threads read each other's memory by address,
+# processes map it through /proc/<pid>/fd; each run fails unless some rank read a peer's buffer
+# in place.
 # All-to-all too (CHORUS_ALLTOALL_DIRECT_MAX).
 foreach(algo oneshot twoshot)
   foreach(mode all even)
