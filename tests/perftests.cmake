@@ -45,14 +45,13 @@ function(chorus_perftests_add_tests run)
     TIMEOUT 120 LABELS perf mpi
     ENV CHORUS_PERF_TIMEOUT=90 MALLOC_MMAP_MAX_=0 CHORUS_PERF_JSON_ROWS=50
       CHORUS_PERF_JSON_ENV=MALLOC_MMAP_MAX_=0)
-  # -R 1: chorusMemAlloc buffers, MPI on the same buffers; CHORUS_ZCOPY_MIN at 512 KiB so the
-  # direct algorithms read them in place (zero-copy; 16 MiB by default). 512K .. 4M by 2: 4
-  # sizes x 10 dtypes = 40 rows.
+  # -R 1: chorusMemAlloc buffers, MPI on the same buffers (at these sizes the all-reduce copies
+  # them as malloc'd ones; coll_zcopy_* test the reads in place). 512K .. 4M by 2: 4 sizes x 10
+  # dtypes = 40 rows.
   chorus_add_test(NAME perf_all_reduce_memalloc
     COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 512K -e 4M -f 2 -d all
       -o sum -n 3 -w 1 -R 1 --compare mpi
-    TIMEOUT 300 LABELS perf mpi
-    ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=40 CHORUS_ZCOPY_MIN=512K)
+    TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=40)
   # --rewrite 1: each timed iteration writes its input again first (Chorus' and MPI's alike;
   # MPI_Bcast's is its one buffer), chorusMemAlloc buffers. A run of the flag, checked as the
   # others (the rewrite puts back the values the row prepared); 256K, 1M: 2 rows.
