@@ -444,9 +444,8 @@ static void perf_fresh(const perf_case_t *c, const char *sendp)
         ctx->fresh = malloc(nbytes);
         ctx->fresh_cap = ctx->fresh != NULL ? nbytes : 0;
         if (ctx->fresh == NULL) {
-            fprintf(stderr, "%s: rank %d: --rewrite: out of memory for %zu bytes\n", ctx->host,
-                    ctx->rank, nbytes);
-            MPI_Abort(MPI_COMM_WORLD, 1);
+            perf_fail("malloc (--rewrite's copy of the input)", chorusSystemError, __FILE__,
+                      __LINE__);
         }
     }
     memcpy(ctx->fresh, sendp, nbytes);
