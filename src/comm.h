@@ -115,7 +115,8 @@ struct chorusComm {
                                * outnumber its cores, unless set (every rank decides alike) */
     int64_t zc_broadcast_min; /* broadcasts this big vote (the root decides) for direct
                                * zero-copy: CHORUS_ZCOPY_BROADCAST_MIN, as set everywhere */
-    int64_t zc_reducescatter_min; /* and reduce-scatters, output bytes (every rank votes) */
+    int64_t zc_reducescatter_min; /* and reduce-scatters, output bytes (every rank votes); the
+                                   * three are CHORUS_ZCOPY_MIN at least where not 0 (init.c) */
     int64_t alltoall_direct_max; /* all-to-alls of up to this many bytes a rank run direct
                                   * (enqueue.c): CHORUS_ALLTOALL_DIRECT_MAX, or ALLTOALL_OVER_MAX
                                   * where the machine's ranks outnumber its cores, unless set */

@@ -385,8 +385,6 @@ HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
                      : a->kind == COLL_BROADCAST     ? comm->zc_broadcast_min
                      : a->kind == COLL_REDUCESCATTER ? comm->zc_reducescatter_min
                                                      : 0;
-    if (zc_min > 0 && zc_min < comm->params.zcopy_min)
-        zc_min = comm->params.zcopy_min; /* smaller, no input would be read in place */
     if (zc_min > 0 && a->count * esize >= (uint64_t)zc_min && comm->nranks > 1 &&
         comm->params.algo[0] == '\0' && comm->tuner.topo.direct)
         return run_zc_vote(comm, a, choice);

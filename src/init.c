@@ -343,6 +343,12 @@ out:
  * 0.13-0.47 us against 0.18-0.43, as the machine went), so the loop stays there. */
 #define ALLTOALL_OVER_MAX (1 << 20)
 
+/* A zero-copy vote's threshold: 0 (never) stays; anything else is at least floor. */
+static int64_t zc_floor(int64_t value, int64_t floor)
+{
+    return value > 0 && value < floor ? floor : value;
+}
+
 /* A setting where the machine's ranks outnumber its cores (over): over_value, unless the
  * variable name is set (then as set). */
 static int64_t unless_set(const char *name, int64_t value, int over, int64_t over_value)
@@ -455,10 +461,11 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     comm->spin = unless_set("CHORUS_SPIN", pa->spin, over, pa->spin > 16 ? 16 : pa->spin);
     comm->direct_spin = unless_set("CHORUS_SPIN", pa->spin, over, 0);
     comm->nt_min = unless_set("CHORUS_NT_MIN_BYTES", pa->nt_min_bytes, over, 0);
-    comm->zc_allreduce_min =
-        unless_set("CHORUS_ZCOPY_ALLREDUCE_MIN", pa->zcopy_allreduce_min, over, 0);
-    comm->zc_broadcast_min = pa->zcopy_broadcast_min;
-    comm->zc_reducescatter_min = pa->zcopy_reducescatter_min;
+    /* The votes' thresholds start at CHORUS_ZCOPY_MIN: below it no input is read in place. */
+    comm->zc_allreduce_min = zc_floor(
+        unless_set("CHORUS_ZCOPY_ALLREDUCE_MIN", pa->zcopy_allreduce_min, over, 0), pa->zcopy_min);
+    comm->zc_broadcast_min = zc_floor(pa->zcopy_broadcast_min, pa->zcopy_min);
+    comm->zc_reducescatter_min = zc_floor(pa->zcopy_reducescatter_min, pa->zcopy_min);
     comm->alltoall_direct_max =
         unless_set("CHORUS_ALLTOALL_DIRECT_MAX", pa->alltoall_direct_max, over, ALLTOALL_OVER_MAX);
     CHECK(res);

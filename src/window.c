@@ -531,9 +531,7 @@ out:
         (all & 2) ? zc_map : NULL,
         comm,
         (size_t)comm->params.zcopy_min,
-        comm->zc_broadcast_min > 0 && comm->zc_broadcast_min < comm->params.zcopy_min
-            ? (size_t)comm->params.zcopy_min
-            : (size_t)comm->zc_broadcast_min,
+        (size_t)comm->zc_broadcast_min,
         &comm->zc_reads,
         n <= DIRECT_GATE_MAX_RANKS && comm->params.wait_gate ? &comm->win_gate : NULL,
         comm->over ? 0 : STREAM_WIN_NBYTES,
