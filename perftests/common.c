@@ -15,6 +15,9 @@
 #include "common.h"
 
 #include <dirent.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +52,7 @@ typedef struct perf_ctx {
     char *dev_send, *dev_recv;
     char device_name[96];
     long long local_errors; /* checks of this rank that found wrong elements */
-    /* --rewrite 1: this column's input as prepared, copied over the buffer the call reads
+    /* --rewrite 1|2: this column's input as prepared, copied over the buffer the call reads
      * before each timed iteration (perf_rewrite) */
     char *fresh;
     size_t fresh_nbytes, fresh_cap;
@@ -57,6 +60,8 @@ typedef struct perf_ctx {
 } perf_ctx_t;
 
 static perf_ctx_t perf_ctx;
+
+static const char *perf_rewrite_how(int mode);
 
 /* Errors --------------------------------------------------------------------------------------- */
 
@@ -264,8 +269,9 @@ static void perf_print_banner(perf_ctx_t *ctx)
         PERF_PRINT("# --rewrite ignored with --device cuda: the calls read device memory\n");
         ctx->o.rewrite = 0;
     } else if (o->rewrite) {
-        PERF_PRINT("# --rewrite 1: each timed iteration first writes its input again (the same "
-                   "values, a memcpy; in %s times)\n",
+        PERF_PRINT("# --rewrite %d: each timed iteration first writes its input again (the same "
+                   "values, %s; in %s times)\n",
+                   o->rewrite, perf_rewrite_how(o->rewrite),
                    ctx->o.compare_mpi ? "both libraries'" : "the");
     }
     if (o->json_path != NULL) {
@@ -424,12 +430,17 @@ static void perf_mpi_call(const perf_case_t *c, MPI_Datatype dt, MPI_Op op)
 }
 
 /*
- * --rewrite 1: the input written again before each timed iteration (each -m group), as a training
- * step writes fresh gradients before it reduces them, for Chorus and MPI alike: the same values,
- * copied from perf_ctx.fresh (a memcpy of the input, in both libraries' times). Without it the
- * input is written once, before warm-up, as in nccl-tests, and a library whose peers read it in
- * place finds it in their caches from the call before: written again, its lines must first be
- * taken back from them (perftests/README.md, "chorusMemAlloc buffers").
+ * --rewrite 1|2: the input written again before each timed iteration (each -m group), as a
+ * training step writes fresh gradients before it reduces them, for Chorus and MPI alike: the same
+ * values, copied from perf_ctx.fresh (in both libraries' times). 1 writes it with plain vector
+ * stores, as a compute kernel writes its output (perf_store_copy); 2 with libc's memcpy, which
+ * picks its stores by size (glibc on x86-64: `rep movsb` below a threshold, 1 MiB on the AMD VM,
+ * streaming stores from another, 24 MiB there; plain vector stores between). The difference
+ * matters where a library's peers read the input in place: its lines then sit in their caches
+ * (the input written once, as in nccl-tests and without --rewrite, they are still there for the
+ * next call), and the next write must take them back; plain stores do it line by line, `rep
+ * movsb` and streaming stores at a fraction of the cost (perftests/README.md, "chorusMemAlloc
+ * buffers").
  */
 static void perf_fresh(const perf_case_t *c, const char *sendp)
 {
@@ -452,11 +463,94 @@ static void perf_fresh(const perf_case_t *c, const char *sendp)
     ctx->fresh_nbytes = nbytes;
 }
 
+#if defined(__x86_64__)
+/* 32-byte loads and stores, four a turn: AVX2's plain stores, neither streaming nor `rep movsb`. */
+__attribute__((target("avx2"))) static void store_copy_avx2(char *d, const char *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(s + i));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 32));
+        __m256i c = _mm256_loadu_si256((const __m256i *)(s + i + 64));
+        __m256i e = _mm256_loadu_si256((const __m256i *)(s + i + 96));
+        _mm256_storeu_si256((__m256i *)(d + i), a);
+        _mm256_storeu_si256((__m256i *)(d + i + 32), b);
+        _mm256_storeu_si256((__m256i *)(d + i + 64), c);
+        _mm256_storeu_si256((__m256i *)(d + i + 96), e);
+    }
+    memcpy(d + i, s + i, n - i);
+}
+
+/* The same with SSE2's 16-byte stores (every x86-64). */
+static void store_copy_sse2(char *d, const char *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_storeu_si128((__m128i *)(d + i), a);
+        _mm_storeu_si128((__m128i *)(d + i + 16), b);
+        _mm_storeu_si128((__m128i *)(d + i + 32), c);
+        _mm_storeu_si128((__m128i *)(d + i + 48), e);
+    }
+    memcpy(d + i, s + i, n - i);
+}
+#endif
+
+/* --rewrite 1's copy: plain vector stores where the CPU is x86-64, memcpy elsewhere (the banner
+ * says which). */
+static void perf_store_copy(void *dst, const void *src, size_t nbytes)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) {
+        store_copy_avx2(dst, src, nbytes);
+    } else {
+        store_copy_sse2(dst, src, nbytes);
+    }
+#else
+    memcpy(dst, src, nbytes);
+#endif
+}
+
+/* What --rewrite mode writes with, for the banner. */
+static const char *perf_rewrite_how(int mode)
+{
+    if (mode == 2) {
+        return "libc's memcpy";
+    }
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx2") ? "AVX2 plain stores" : "SSE2 plain stores";
+#else
+    return "memcpy (no plain-store copy for this CPU)";
+#endif
+}
+
 static inline void perf_rewrite(void *input)
 {
-    if (perf_ctx.fresh_nbytes != 0) {
-        memcpy(input, perf_ctx.fresh, perf_ctx.fresh_nbytes);
+    if (perf_ctx.fresh_nbytes == 0) {
+        return;
     }
+    if (perf_ctx.o.rewrite == 2) {
+        memcpy(input, perf_ctx.fresh, perf_ctx.fresh_nbytes);
+    } else {
+        perf_store_copy(input, perf_ctx.fresh, perf_ctx.fresh_nbytes);
+    }
+}
+
+/* --rewrite: the check's call reads what perf_rewrite writes over an input made wrong first (each
+ * byte inverted), so a rewrite that wrote nothing, or other values, fails the check. */
+static void perf_rewrite_checked(void *input)
+{
+    unsigned char *p = input;
+    if (perf_ctx.fresh_nbytes == 0) {
+        return;
+    }
+    for (size_t b = 0; b < perf_ctx.fresh_nbytes; b++) {
+        p[b] = (unsigned char)~p[b];
+    }
+    perf_rewrite(input);
 }
 
 /* iters timed Chorus iterations (each -m calls, grouped) after a barrier and one untimed call:
@@ -582,6 +676,7 @@ static void perf_bench(const perf_case_t *c, int in_place, perf_result_t *res, p
     for (int k = 0; k < o->check; k++) {
         size_t ncheck = perf_prepare(c, in_place, 1);
         long long local;
+        perf_rewrite_checked(sendp);
         perf_call(c, sendp, recvp);
         perf_complete();
         perf_mirror(0);

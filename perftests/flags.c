@@ -93,8 +93,8 @@ static void perf_usage(const char *prog, int rank)
         "Chorus']\n"
         "\t[-D,--device cuda|host: cudaMalloc'd buffers (CUDA builds), or host (default)]\n"
         "\t[-J,--output_file FILE: write the results as JSON too] [-t/-g/-p/-T/-G/-F: ignored]\n"
-        "\t[--rewrite 1: write each timed iteration's input again first, as a training step "
-        "does (Chorus and MPI alike)]\n"
+        "\t[--rewrite 1|2: write each timed iteration's input again first, as a training step "
+        "does (Chorus and MPI alike): 1 with plain vector stores, 2 with memcpy]\n"
         "Long names as nccl-tests'. Launch by mpirun, by CHORUS_RANK/CHORUS_NRANKS/"
         "CHORUS_ROOT (or torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), or alone.\n",
         prog);
@@ -136,7 +136,7 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
         {'a', &o->average, 0, 3},       {'R', &o->register_bufs, 0, 1},
         {'t', &ignored, 1, 1},          {'g', &ignored, 1, 1},
         {'p', &ignored, 0, 1L << 30},   {'T', &ignored, 0, 1L << 30},
-        {'G', &ignored, 0, 1L << 30},   {'W', &o->rewrite, 0, 1}};
+        {'G', &ignored, 0, 1L << 30},   {'W', &o->rewrite, 0, 2}};
 
     /* nccl-tests' defaults, except the NULL stream (blocking host calls) */
     *o = (perf_opts_t){.minbytes = 32u << 20,
@@ -203,7 +203,7 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
         }
         if (bad) {
             if (c == 'W') { /* long only */
-                PERF_PRINT(rank, "invalid value '%s' for option --rewrite (0 or 1)\n", optarg);
+                PERF_PRINT(rank, "invalid value '%s' for option --rewrite (0, 1 or 2)\n", optarg);
             } else {
                 PERF_PRINT(rank, "invalid value '%s' for option -%c\n", optarg, c);
             }

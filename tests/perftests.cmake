@@ -52,14 +52,19 @@ function(chorus_perftests_add_tests run)
     COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 512K -e 4M -f 2 -d all
       -o sum -n 3 -w 1 -R 1 --compare mpi
     TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=40)
-  # --rewrite 1: each timed iteration writes its input again first (Chorus' and MPI's alike;
-  # MPI_Bcast's is its one buffer), chorusMemAlloc buffers. A run of the flag, checked as the
-  # others (the rewrite puts back the values the row prepared); 256K, 1M: 2 rows.
-  foreach(name all_reduce broadcast)
+  # --rewrite 1|2: each timed iteration writes its input again first (Chorus' and MPI's alike;
+  # MPI_Bcast's is its one buffer), with plain vector stores (1) or memcpy (2), chorusMemAlloc
+  # buffers. The check's call reads what the rewrite wrote over an input made wrong first, so a
+  # rewrite that writes nothing fails it. 1004 B (a tail past the 128-byte turns), 16064 B, 251
+  # KiB: 3 rows.
+  foreach(spec all_reduce:1 broadcast:2)
+    string(REPLACE ":" ";" spec "${spec}")
+    list(GET spec 0 name)
+    list(GET spec 1 mode)
     chorus_add_test(NAME perf_${name}_rewrite
-      COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:${name}_perf> -b 256K -e 1M -f 4 -d float
-        -o sum -n 3 -w 1 -R 1 --rewrite 1 --compare mpi
-      TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=90 CHORUS_PERF_JSON_ROWS=2)
+      COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:${name}_perf> -b 1004 -e 300K -f 16 -d float
+        -o sum -n 3 -w 1 -R 1 --rewrite ${mode} --compare mpi
+      TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=90 CHORUS_PERF_JSON_ROWS=3)
   endforeach()
   # --compare mpi for each other collective: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast,
   # MPI_Reduce, MPI_Alltoall, MPI_Sendrecv, every dtype, with (-z 1) and without a barrier after
