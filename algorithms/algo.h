@@ -238,13 +238,15 @@ typedef struct direct_view {
      * time, three alternated rounds of all_reduce_perf -b 512K -e 8M -f 2 -w 10 -n 60 -R 1 with
      * CHORUS_ZCOPY 1 and 0; 4 ranks on 2 cores, where 4d78269 read them in place, two rounds of
      * all_reduce_perf -b 1M -e 16M -f 4 -R 0|1 there: 1 and 4 MiB 0.89-0.99x the copy's speed
-     * with the inputs written once, 0.31-0.82x with them written again before each call,
-     * --rewrite 1). */
+     * with the inputs written once, 0.31-0.82x with them written again before each call by
+     * memcpy, --rewrite 2). */
     size_t zc_min_nbytes;
     /* A broadcast's root exposes its input from this size (CHORUS_ZCOPY_BROADCAST_MIN, and not
-     * below zc_min_nbytes); 0: never. With the root's input written before each call, the
-     * others' reads in place cost 2-3x the copy's time at 1-4 MiB and 1.0-1.4x at 16 MiB, and
-     * gained 1.3-1.6x at 64 MiB (perftests/README.md, "chorusMemAlloc buffers"). */
+     * below zc_min_nbytes); 0: never. With the root's input written before each call by
+     * memcpy, the others' reads in place cost 2-3x the copy's time at 1-4 MiB and 1.0-1.4x at
+     * 16 MiB, and gained 1.3-1.6x at 64 MiB, where memcpy streams; written by plain stores
+     * they ran even with the copy at 16 and 64 MiB (perftests/README.md, "chorusMemAlloc
+     * buffers", and "Why: the write that takes the lines back"). */
     size_t zc_bcast_min_nbytes;
     uint64_t *zc_reads; /* pieces of peers' inputs this rank has read in place (tests look) */
     direct_gate_t *gate; /* NULL: waits yield whenever their spin is over */

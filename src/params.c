@@ -70,8 +70,8 @@ static const param_def_t param_table[] = {
      "one-host reduces, all-gathers, reduce-scatters and all-to-alls whose input is at least "
      "this many bytes read chorusMemAlloc inputs in place (broadcasts: "
      "CHORUS_ZCOPY_BROADCAST_MIN); the thresholds below start here at the earliest (below it a "
-     "read in place cost more than the copy once the input is written between calls: "
-     "perftests/README.md)"},
+     "read in place cost more than the copy once the input is written between calls with "
+     "plain stores: perftests/README.md)"},
     {"CHORUS_ZCOPY_ALLREDUCE_MIN", PT_BYTES, "16M", 0, BIG, OFF(zcopy_allreduce_min),
      "one-host all-reduces of at least this many bytes, where the tuner takes the ring, run "
      "two-shot reading inputs and results in place when every rank's input and output are "
