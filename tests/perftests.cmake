@@ -36,15 +36,17 @@ function(chorus_perftests_add_tests run)
     COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 1K -e 256K -f 16 -d float
       -o sum -n 5 -w 2 -y 0 -m 2 --compare mpi
     TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=3)
-  # The issue's second MPI run: glibc told not to return big buffers to the kernel
-  # (MALLOC_MMAP_MAX_=0); the JSON records it. Every dtype: half and bfloat16 rows have no MPI
-  # numbers, the others do. 8 B .. 32K by 8: 5 sizes x 10 dtypes = 50 rows.
+  # The issue's second MPI run: glibc told not to return big buffers to the kernel, neither by
+  # munmap (MALLOC_MMAP_MAX_=0) nor by trimming the heap (MALLOC_TRIM_THRESHOLD_, perftests/sweep);
+  # the JSON records both. Every dtype: half and bfloat16 rows have no MPI numbers, the others
+  # do. 8 B .. 32K by 8: 5 sizes x 10 dtypes = 50 rows.
   chorus_add_test(NAME perf_all_reduce_mmap0
     COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 8 -e 32K -f 8 -d all -o sum
       -n 4 -w 1 --compare mpi
     TIMEOUT 120 LABELS perf mpi
-    ENV CHORUS_PERF_TIMEOUT=90 MALLOC_MMAP_MAX_=0 CHORUS_PERF_JSON_ROWS=50
-      CHORUS_PERF_JSON_ENV=MALLOC_MMAP_MAX_=0)
+    ENV CHORUS_PERF_TIMEOUT=90 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296
+      CHORUS_PERF_JSON_ROWS=50
+      "CHORUS_PERF_JSON_ENV=MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296")
   # -R 1: chorusMemAlloc buffers, MPI on the same buffers (at these sizes the all-reduce copies
   # them as malloc'd ones; coll_zcopy_* test the reads in place). 512K .. 4M by 2: 4 sizes x 10
   # dtypes = 40 rows.

@@ -14,7 +14,7 @@
 # never judged.
 # CHORUS_PERF_JSON_ROWS=N: also write -J and check it with perftests_json_check.py: valid JSON,
 #   N rows, the same rows as the table, the MPI fields as --compare says; CHORUS_PERF_JSON_ENV=
-#   NAME=VALUE (NAME= : unset) checks the recorded environment; CHORUS_PERF_JSON_OUT=FILE keeps
+#   "NAME=VALUE ..." (NAME= : unset) checks the recorded environment; CHORUS_PERF_JSON_OUT=FILE keeps
 #   the file there (default: a temporary one).
 # Exits 77 (SKIP) without mpirun (MODE mpi), or without python3 when a JSON check is asked for.
 # CHORUS_PERF_TIMEOUT (seconds, default 540) bounds every process.
@@ -185,7 +185,9 @@ if [ -n "$json_rows" ]; then
     if [ $compare = 1 ] && ! grep -q "^# --compare $peer ignored" "$dir/out.0"; then
         check+=(--compare "$peer")
     fi
-    [ -z "${CHORUS_PERF_JSON_ENV:-}" ] || check+=(--env "$CHORUS_PERF_JSON_ENV")
+    for spec in ${CHORUS_PERF_JSON_ENV:-}; do # NAME=VALUE pairs, space-separated
+        check+=(--env "$spec")
+    done
     echo "+ ${check[*]}"
     "${check[@]}" || status=1
 fi
