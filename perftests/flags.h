@@ -14,7 +14,7 @@ typedef struct perf_opts {
     int compare_mpi, register_bufs; /* compare_mpi: --compare names a peer (mpi or gloo) */
     int compare_gloo; /* --compare gloo: the peer is Gloo (peer_gloo.h), not MPI */
     int device_bufs; /* --device cuda: cudaMalloc'd buffers (the call stages them) */
-    int rewrite; /* --rewrite 1: each timed iteration first writes the input again (common.c) */
+    int rewrite; /* --rewrite 1|2: each timed iteration first writes the input again (common.c) */
     const char *json_path; /* -J FILE: the JSON report (report.c); NULL: none */
     int ntypes, nops;
     int types[chorusNumTypes]; /* chorusDataType_t values */
