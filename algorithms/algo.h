@@ -227,9 +227,9 @@ typedef struct direct_view {
     direct_done_t *done; /* this rank's own done flag, as direct.c last set it */
     /* Zero-copy, NULL where off: zc_find says whether [p, p + nbytes) lies in one chorusMemAlloc
      * region (and where); zc_map returns the address of rank r's data named by ref, nbytes of it
-     * readable, or NULL with the error set. */
+     * readable and writable (all-gathers push into outputs), or NULL with the error set. */
     int (*zc_find)(const void *p, size_t nbytes, mem_ref_t *ref);
-    const char *(*zc_map)(void *arg, int r, const mem_ref_t *ref, size_t nbytes);
+    char *(*zc_map)(void *arg, int r, const mem_ref_t *ref, size_t nbytes);
     void *zc_arg;
     /* Calls of this many bytes and more (CHORUS_ZCOPY_MIN) read chorusMemAlloc inputs in place
      * and are never slotted (whatever their buffers). An all-reduce reads them in place only
@@ -249,6 +249,11 @@ typedef struct direct_view {
      * buffers", and "Why: the write that takes the lines back"). */
     size_t zc_bcast_min_nbytes;
     uint64_t *zc_reads; /* pieces of peers' inputs this rank has read in place (tests look) */
+    /* All-gathers whose output is this many bytes and more (CHORUS_ZCOPY_ALLGATHER_MIN) ask
+     * whether every rank's output is chorusMemAlloc memory; if so each rank writes its input
+     * into every output (direct.c allgather_push). 0: never. */
+    size_t zc_push_min_nbytes;
+    uint64_t *zc_pushes; /* inputs this rank has written into peers' outputs (tests look) */
     direct_gate_t *gate; /* NULL: waits yield whenever their spin is over */
     size_t stream_win_nbytes; /* all-gather pieces from this size go into the window with
                                * streaming stores; 0: never */

@@ -348,12 +348,50 @@ static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v, const co
     return direct_zc_release(p, v, s);
 }
 
+/* All-gather by push, every rank's output chorusMemAlloc memory (a vote said so): each rank
+ * publishes where its output lies, copies its input into every rank's output at its place, and
+ * returns once every peer has written into its own (their done flags). No rank reads another's
+ * input, so the owner's next write of it takes no line back from a peer's cache (plain stores
+ * pay 5-6x for that here: perftests/README.md, "Why: the write that takes the lines back"); the
+ * copies into a peer's output go in pieces of the window's size, which glibc's memcpy writes with
+ * `rep movsb` on the AMD VM (whole lines, taken back from the peer at no extra cost). */
+static chorusResult_t allgather_push(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                                     const mem_ref_t *oref)
+{
+    int n = v->nranks, me = v->rank;
+    size_t nbytes = a->count * p->esize, piece = v->buf_nbytes;
+    const char *in = a->sendbuff;
+    uint64_t s;
+    CHECK(direct_piece_begin(p, v, &s, 2, 0));
+    direct_publish_ready(v, s, oref, 0);
+    for (int k = 1; k <= n; k++) { /* the peers first: they wait for this rank's writes */
+        int r = (me + k) % n;
+        char *dst = (char *)a->recvbuff + (size_t)me * nbytes;
+        if (r != me) {
+            CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
+            CHECK(direct_out_of(v, r, &hdr(v, r)->ready[s & 1], (size_t)me * nbytes, nbytes, &dst));
+        }
+        for (size_t off = 0; dst != in && off < nbytes; off += piece)
+            p->ops->copy(dst + off, in + off, nbytes - off < piece ? nbytes - off : piece);
+    }
+    direct_piece_done(v, s, 0);
+    return direct_zc_release(p, v, s);
+}
+
 HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank;
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
     const char *in = a->sendbuff;
     mem_ref_t zref;
+    /* The vote's question depends only on what every rank shares (the size, the settings). */
+    if (v->zc_find != NULL && v->zc_push_min_nbytes != 0 &&
+        nbytes * (size_t)n >= v->zc_push_min_nbytes && nbytes > LINES_MAX_NBYTES) {
+        int all = 0;
+        CHECK(direct_vote(p, v, -1, v->zc_find(a->recvbuff, nbytes * (size_t)n, &zref), &all));
+        if (all)
+            return allgather_push(p, v, a, &zref);
+    }
     int zc = direct_zc_expose(v, in, nbytes, a->recvbuff, nbytes * (size_t)n, &zref);
     if (direct_cma_call(v, nbytes, v->cma_min_nbytes))
         return allgather_cma(p, v, a, zc, &zref);

@@ -617,12 +617,14 @@ void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const 
     direct_publish_ready(v, s, ref, off * p->esize);
 }
 
-chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f, size_t skip,
-                             size_t nbytes, const char **src)
+/* Rank r's memory named by the ref in f's payload, from skip bytes on, mapped here (*at NULL:
+ * the ref names none). */
+static chorusResult_t map_ref(const direct_view_t *v, int r, const fifo_flag_t *f, size_t skip,
+                              size_t nbytes, char **at)
 {
     mem_ref_t ref;
     memcpy(&ref, f->payload, sizeof(ref));
-    *src = NULL;
+    *at = NULL;
     if (ref.id == 0)
         return chorusSuccess;
     ref.offset += skip;
@@ -630,10 +632,29 @@ chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f
     if (v->zc_map == NULL)
         return ERR(chorusInternalError, SUB_COLL,
                    "rank %d published its data in place, but this rank has zero-copy off", r);
-    *src = v->zc_map(v->zc_arg, r, &ref, nbytes);
-    if (*src == NULL)
-        return chorusSystemError;
-    (*v->zc_reads)++;
+    *at = v->zc_map(v->zc_arg, r, &ref, nbytes);
+    return *at == NULL ? chorusSystemError : chorusSuccess;
+}
+
+chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f, size_t skip,
+                             size_t nbytes, const char **src)
+{
+    char *at;
+    CHECK(map_ref(v, r, f, skip, nbytes, &at));
+    *src = at;
+    if (at != NULL)
+        (*v->zc_reads)++;
+    return chorusSuccess;
+}
+
+chorusResult_t direct_out_of(const direct_view_t *v, int r, const fifo_flag_t *f, size_t skip,
+                             size_t nbytes, char **dst)
+{
+    CHECK(map_ref(v, r, f, skip, nbytes, dst));
+    if (*dst == NULL)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "rank %d voted to take all-gather data into its output but published none", r);
+    (*v->zc_pushes)++;
     return chorusSuccess;
 }
 

@@ -142,6 +142,7 @@ struct chorusComm {
     struct zc_map *zc_maps; /* [ZC_MAX_MAPS]: peers' chorusMemAlloc regions mapped (window.c) */
     uint64_t zc_clock;
     uint64_t zc_reads; /* pieces read in place from peers' chorusMemAlloc memory (direct.c) */
+    uint64_t zc_pushes; /* inputs written straight into peers' chorusMemAlloc outputs (direct.c) */
     uint64_t cma_reads; /* peers' inputs read where they lie with process_vm_readv (direct.c) */
     uint64_t cma_cookie; /* read by the peers at window setup: may they read this process? */
     uint64_t zc_allreduce_won; /* all-reduces whose zero-copy vote won (enqueue.c; tests look) */

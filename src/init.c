@@ -175,6 +175,7 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
                                         "CHORUS_ZCOPY_ALLREDUCE_MIN",
                                         "CHORUS_ZCOPY_BROADCAST_MIN",
                                         "CHORUS_ZCOPY_REDUCESCATTER_MIN",
+                                        "CHORUS_ZCOPY_ALLGATHER_MIN",
                                         "CHORUS_ALLTOALL_DIRECT_MAX",
                                         "CHORUS_CMA_MIN"};
     enum { N = sizeof(names) / sizeof(names[0]) };
@@ -187,8 +188,9 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
     mine[2] = comm->zc_allreduce_min;
     mine[3] = comm->zc_broadcast_min;
     mine[4] = comm->zc_reducescatter_min;
-    mine[5] = comm->alltoall_direct_max;
-    mine[6] = comm->params.cma_min;
+    mine[5] = comm->params.zcopy_allgather_min;
+    mine[6] = comm->alltoall_direct_max;
+    mine[7] = comm->params.cma_min;
     chorusResult_t res = boot_allgather(comm->boot, all, N * sizeof(int64_t));
     for (int r = 1; res == chorusSuccess && r < comm->nranks; r++)
         for (int k = 0; k < N; k++)

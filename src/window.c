@@ -10,8 +10,9 @@
  * Zero-copy (direct.c) needs every rank to open every other's chorusMemAlloc memfds through
  * /proc/<pid>/fd (same user, /proc not hidden): the same exchange carries a probe memfd per rank
  * that every other tries to open, and zero-copy is on only where all could (and none set
- * CHORUS_ZCOPY=0). Peers' regions are mapped read-only on first use and kept, at most
- * ZC_MAX_MAPS per communicator (the least recently used goes first), until destroy.
+ * CHORUS_ZCOPY=0). Peers' regions are mapped on first use and kept, at most ZC_MAX_MAPS per
+ * communicator (the least recently used goes first), until destroy; writable, as all-gathers
+ * write into peers' chorusMemAlloc outputs (direct.c allgather_push).
  *
  * Cross-memory attach (CHORUS_CMA_MIN; direct.c's all-gather and broadcast): a peer copies a rank's
  * input straight from its memory, malloc'd or not, with process_vm_readv (ranks of one process: by
@@ -120,15 +121,15 @@ static int open_peer_fd(chorusComm_t comm, int r, int fd)
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)comm->peers[r].pid, fd);
-    return open(path, O_RDONLY | O_CLOEXEC);
+    return open(path, O_RDWR | O_CLOEXEC); /* all-gathers write into peers' outputs */
 }
 
 /* direct_view_t.zc_map: rank r's data named by ref, mapped here (cached per region). */
-static const char *zc_map(void *arg, int r, const mem_ref_t *ref, size_t nbytes)
+static char *zc_map(void *arg, int r, const mem_ref_t *ref, size_t nbytes)
 {
     chorusComm_t comm = arg;
     if (same_process(comm, r))
-        return (const char *)(uintptr_t)ref->addr;
+        return (char *)(uintptr_t)ref->addr;
     struct zc_map *m = NULL, *victim = &comm->zc_maps[0];
     for (int i = 0; i < ZC_MAX_MAPS && m == NULL; i++) {
         struct zc_map *c = &comm->zc_maps[i];
@@ -151,7 +152,7 @@ static const char *zc_map(void *arg, int r, const mem_ref_t *ref, size_t nbytes)
                 e ? strerror(e) : "it names another file than the rank's memfd");
             return NULL;
         }
-        void *base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         int e = errno;
         close(fd);
         if (st.st_size <= 0 || base == MAP_FAILED) {
@@ -533,6 +534,8 @@ out:
         (size_t)comm->params.zcopy_min,
         (size_t)comm->zc_broadcast_min,
         &comm->zc_reads,
+        (size_t)comm->params.zcopy_allgather_min,
+        &comm->zc_pushes,
         n <= DIRECT_GATE_MAX_RANKS && comm->params.wait_gate ? &comm->win_gate : NULL,
         comm->over ? 0 : STREAM_WIN_NBYTES,
         &comm->win_slot,

@@ -188,12 +188,12 @@ chorus_add_test(NAME coll_cma_threads_2 TIMEOUT 300
   ENV CHORUS_ALGO=oneshot)
 
 # The zero-copy votes of large all-reduces, broadcasts and reduce-scatters (enqueue.c
-# run_zc_vote, direct.c) brought down to 4 KiB, with CHORUS_ZCOPY_MIN, the tuner free:
-# chorusMemAlloc buffers on every rank (all: the out-of-place all-reduces the tuner gives the
-# ring must win and run two-shot with results read from the outputs;
-# broadcasts and out-of-place reduce-scatters must win) or on even ranks only (even: every
-# all-reduce and reduce-scatter vote must lose, and the ring runs; broadcasts from even roots
-# win, from odd ones lose). 64 KiB window buffers: 140000 elements cross many pieces. 4 processes
+# run_zc_vote, direct.c) and of all-gathers (direct.c allgather_push) brought down to 4 KiB, with
+# CHORUS_ZCOPY_MIN, the tuner free: chorusMemAlloc buffers on every rank (all: the out-of-place
+# all-reduces the tuner gives the ring must win and run two-shot with results read from the
+# outputs; broadcasts and out-of-place reduce-scatters must win; all-gathers must push into the
+# outputs) or on even ranks only (even: every all-reduce, reduce-scatter and all-gather vote must
+# lose, and the ring or the window runs; broadcasts from even roots win, from odd ones lose). 64 KiB window buffers: 140000 elements cross many pieces. 4 processes
 # on 2 cores broadcast direct at every size (the tuner, src/tuning.c), so no broadcast asks
 # there: the broadcast votes run at 2 processes.
 foreach(mode all even)
@@ -205,23 +205,25 @@ foreach(mode all even)
   chorus_add_test(NAME coll_zcopy_vote_${mode}_threads_3 TIMEOUT 300
     COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140000 --memalloc ${mode}
             --zc-allreduce ${vote} --zc-broadcast won --zc-reducescatter ${vote}
+            --zc-allgather ${vote}
     ENV CHORUS_ZCOPY_ALLREDUCE_MIN=4096 CHORUS_ZCOPY_BROADCAST_MIN=4096
-        CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 CHORUS_ZCOPY_MIN=4096 CHORUS_DIRECT_BUFFSIZE=65536)
+        CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 CHORUS_ZCOPY_MIN=4096 CHORUS_DIRECT_BUFFSIZE=65536
+        CHORUS_ZCOPY_ALLGATHER_MIN=4096)
   if(MPI_C_FOUND)
     chorus_add_test(NAME coll_zcopy_vote_${mode}_mpi_4 TIMEOUT 300
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4
               -x CHORUS_ZCOPY_ALLREDUCE_MIN=4096 -x CHORUS_ZCOPY_BROADCAST_MIN=4096
               -x CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 -x CHORUS_ZCOPY_MIN=4096
-              -x CHORUS_DIRECT_BUFFSIZE=65536
+              -x CHORUS_DIRECT_BUFFSIZE=65536 -x CHORUS_ZCOPY_ALLGATHER_MIN=4096
               $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode}
-              --zc-allreduce ${vote} --zc-reducescatter ${vote})
+              --zc-allreduce ${vote} --zc-reducescatter ${vote} --zc-allgather ${vote})
     chorus_add_test(NAME coll_zcopy_vote_${mode}_mpi_2 TIMEOUT 300
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2
               -x CHORUS_ZCOPY_ALLREDUCE_MIN=4096 -x CHORUS_ZCOPY_BROADCAST_MIN=4096
               -x CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 -x CHORUS_ZCOPY_MIN=4096
-              -x CHORUS_DIRECT_BUFFSIZE=65536
+              -x CHORUS_DIRECT_BUFFSIZE=65536 -x CHORUS_ZCOPY_ALLGATHER_MIN=4096
               $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode}
-              --zc-broadcast won)
+              --zc-broadcast won --zc-allgather ${vote})
   endif()
 endforeach()
 

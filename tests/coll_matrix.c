@@ -200,6 +200,7 @@ typedef struct ctx {
     long zc_won; /* all-reduces run two-shot zero-copy after a won vote */
     long zc_bcast_won; /* broadcasts run direct zero-copy after a won vote */
     long zc_rs_won; /* reduce-scatters run direct zero-copy after a won vote */
+    long zc_pushes; /* inputs this rank wrote into peers' outputs (all-gather push) */
     long cma_reads; /* peers' inputs this rank read by cross-memory attach */
     long cma_on; /* 1: this rank's communicator has cross-memory attach on */
     /* WITH_DEVBUF: the device buffers behind the host shadows send and recv, their size, the
@@ -254,6 +255,8 @@ static int zc_vote = -1;
 static int zc_bcast_vote;
 /* --zc-reducescatter: as --zc-allreduce, for reduce-scatter. */
 static int zc_rs_vote = -1;
+/* --zc-allgather: 1 some all-gather must push into the peers' outputs, 0 none may. */
+static int zc_ag_vote = -1;
 
 static char *alloc_buf(int rank, size_t nbytes)
 {
@@ -451,6 +454,7 @@ static void run_matrix(ctx_t *c)
     c->zc_won = (long)c->comm->zc_allreduce_won;
     c->zc_bcast_won = (long)c->comm->zc_broadcast_won;
     c->zc_rs_won = (long)c->comm->zc_reducescatter_won;
+    c->zc_pushes = (long)c->comm->zc_pushes;
     c->cma_reads = (long)c->comm->cma_reads;
     c->cma_on = c->comm->win_view.cma_read != NULL;
 }
@@ -479,7 +483,7 @@ static void *thread_main(void *arg)
  * over the ranks with Chorus itself; if that sum fails, this rank counts the call as a failure so
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
 static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
-                    long *rswon_p, long *cma_p, long *cma_on_p, int *me_p)
+                    long *rswon_p, long *push_p, long *cma_p, long *cma_on_p, int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -498,9 +502,9 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[8] = {c.failures,     c.checks,    c.zc_reads,  c.zc_won,
-                       c.zc_bcast_won, c.zc_rs_won, c.cma_reads, c.cma_on};
-    if (call_ok(&c, chorusAllReduce(sums, sums, 8, chorusInt64, chorusSum, comm, NULL),
+    int64_t sums[9] = {c.failures,  c.checks,    c.zc_reads, c.zc_won,   c.zc_bcast_won,
+                       c.zc_rs_won, c.cma_reads, c.cma_on,   c.zc_pushes};
+    if (call_ok(&c, chorusAllReduce(sums, sums, 9, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts")) {
         *failures_p = (long)sums[0];
         *checks_p = (long)sums[1];
@@ -510,6 +514,7 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
         *rswon_p = (long)sums[5];
         *cma_p = (long)sums[6];
         *cma_on_p = (long)sums[7];
+        *push_p = (long)sums[8];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -555,6 +560,9 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--zc-reducescatter") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
             zc_rs_vote = strcmp(argv[++i], "won") == 0;
+        else if (strcmp(argv[i], "--zc-allgather") == 0 && i + 1 < argc &&
+                 (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
+            zc_ag_vote = strcmp(argv[++i], "won") == 0;
         else if (strcmp(argv[i], "--zc-broadcast") == 0 && i + 1 < argc &&
                  strcmp(argv[i + 1], "won") == 0) {
             zc_bcast_vote = 1;
@@ -572,7 +580,8 @@ int main(int argc, char **argv)
                 stderr,
                 "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
                 "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
-                "          [--zc-reducescatter won|lost] [--cma on|off|auto] [--driver PATH]\n"
+                "          [--zc-reducescatter won|lost] [--zc-allgather won|lost]\n"
+                "          [--cma on|off|auto] [--driver PATH]\n"
                 "  --threads N  N ranks as threads of this process\n"
                 "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                 "               unless a rank read a peer's buffer in place (zero-copy)\n"
@@ -581,6 +590,8 @@ int main(int argc, char **argv)
                 "               check is off\n"
                 "  --zc-broadcast won  fails unless some broadcast won its zero-copy vote\n"
                 "  --zc-reducescatter  as --zc-allreduce, for reduce-scatter\n"
+                "  --zc-allgather  fails unless some all-gather wrote straight into the peers'\n"
+                "               outputs (none did; CHORUS_ZCOPY_ALLGATHER_MIN)\n"
                 "  --cma on|off fails unless some rank read a peer's input by cross-memory\n"
                 "               attach (on), or if one did (off); auto: every rank's\n"
                 "               communicator agreed on it (on: some rank read by it; off:\n"
@@ -605,7 +616,7 @@ int main(int argc, char **argv)
     }
 #endif
     long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0, zc_rs_won = 0,
-         cma_reads = 0, cma_on = 0;
+         zc_pushes = 0, cma_reads = 0, cma_on = 0;
     int me = 0;
     if (threads > 0) {
         nranks_g = threads;
@@ -630,6 +641,7 @@ int main(int argc, char **argv)
             zc_won += ctx[i].zc_won;
             zc_bcast_won += ctx[i].zc_bcast_won;
             zc_rs_won += ctx[i].zc_rs_won;
+            zc_pushes += ctx[i].zc_pushes;
             cma_reads += ctx[i].cma_reads;
             cma_on += ctx[i].cma_on;
             chorusCommDestroy(comms_g[i]);
@@ -638,8 +650,8 @@ int main(int argc, char **argv)
         free(ctx);
         free(comms_g);
     } else if (env) {
-        if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &cma_reads,
-                     &cma_on, &me) != 0)
+        if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &zc_pushes,
+                     &cma_reads, &cma_on, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -696,6 +708,7 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.zc_won, &zc_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_bcast_won, &zc_bcast_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_rs_won, &zc_rs_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.zc_pushes, &zc_pushes, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_reads, &cma_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_on, &cma_on, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Finalize();
@@ -707,6 +720,7 @@ int main(int argc, char **argv)
     failures += vote_failed(me, "allreduce", zc_vote, zc_won);
     failures += vote_failed(me, "broadcast", zc_bcast_vote ? 1 : -1, zc_bcast_won);
     failures += vote_failed(me, "reducescatter", zc_rs_vote, zc_rs_won);
+    failures += vote_failed(me, "allgather", zc_ag_vote, zc_pushes);
     /* --zc-allreduce lost: the ring's fallback is the point; other calls need not read in place */
     if (cma_mode == 2 && nranks_g > 1 &&
         ((cma_on != 0 && cma_on != nranks_g) || (cma_on != 0) != (cma_reads != 0))) {
@@ -748,6 +762,8 @@ int main(int argc, char **argv)
         if (zc_vote >= 0 || zc_bcast_vote || zc_rs_vote >= 0)
             printf(", zero-copy votes won: %ld all-reduces, %ld broadcasts, %ld reduce-scatters",
                    zc_won, zc_bcast_won, zc_rs_won);
+        if (zc_ag_vote >= 0)
+            printf(", %ld inputs pushed into peers' outputs", zc_pushes);
         printf("\n");
     }
     return failures ? 1 : 0;

@@ -7,7 +7,8 @@
 # set against unset where it allows all: the zero-copy votes run only where it is unset, and an
 # invalid value on one rank), an invalid CHORUS_PROTO on one rank (it failed alone, after the
 # rings), CHORUS_ZCOPY_ALLREDUCE_MIN, CHORUS_ZCOPY_MIN (set on one rank against its default:
-# slotted pieces depend on it) and CHORUS_ALLTOALL_DIRECT_MAX; and that
+# slotted pieces depend on it), CHORUS_ZCOPY_ALLGATHER_MIN (the all-gather's vote) and
+# CHORUS_ALLTOALL_DIRECT_MAX; and that
 # settings equal as taken still run (CHORUS_ALGO's list in another order; CHORUS_ZCOPY=1, its
 # default, on one rank only). PROGRAM is coll_matrix_mpi.
 set -u
@@ -72,6 +73,7 @@ refused CHORUS_ALGO - CHORUS_ALGO=bogus
 refused CHORUS_PROTO - CHORUS_PROTO=LL
 refused CHORUS_ZCOPY_ALLREDUCE_MIN CHORUS_ZCOPY_ALLREDUCE_MIN=0 CHORUS_ZCOPY_ALLREDUCE_MIN=1M
 refused CHORUS_ZCOPY_MIN CHORUS_ZCOPY_MIN=512K -
+refused CHORUS_ZCOPY_ALLGATHER_MIN CHORUS_ZCOPY_ALLGATHER_MIN=0 -
 refused CHORUS_ALLTOALL_DIRECT_MAX CHORUS_ALLTOALL_DIRECT_MAX=0 CHORUS_ALLTOALL_DIRECT_MAX=1G
 runs CHORUS_ALGO=ring,oneshot CHORUS_ALGO=oneshot,ring
 runs CHORUS_ZCOPY=1 -
