@@ -15,9 +15,6 @@
 #include "common.h"
 
 #include <dirent.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +26,7 @@
 #include "data.h"
 #include "flags.h"
 #include "peer_gloo.h"
+#include "plain_store.h"
 #include "report.h"
 
 #define PERF_LINE_BYTES 256
@@ -433,7 +431,7 @@ static void perf_mpi_call(const perf_case_t *c, MPI_Datatype dt, MPI_Op op)
  * --rewrite 1|2: the input written again before each timed iteration (each -m group), as a
  * training step writes fresh gradients before it reduces them, for Chorus and MPI alike: the same
  * values, copied from perf_ctx.fresh (in both libraries' times). 1 writes it with plain vector
- * stores, as a compute kernel writes its output (perf_store_copy); 2 with libc's memcpy, which
+ * stores, as a compute kernel writes its output (plain_store.h); 2 with libc's memcpy, which
  * picks its stores by size (glibc on x86-64: `rep movsb` below a threshold, 1 MiB on the AMD VM,
  * streaming stores from another, 24 MiB there; plain vector stores between). The difference
  * matters where a library's peers read the input in place: its lines then sit in their caches
@@ -463,68 +461,10 @@ static void perf_fresh(const perf_case_t *c, const char *sendp)
     ctx->fresh_nbytes = nbytes;
 }
 
-#if defined(__x86_64__)
-/* 32-byte loads and stores, four a turn: AVX2's plain stores, neither streaming nor `rep movsb`. */
-__attribute__((target("avx2"))) static void store_copy_avx2(char *d, const char *s, size_t n)
-{
-    size_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(s + i));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 32));
-        __m256i c = _mm256_loadu_si256((const __m256i *)(s + i + 64));
-        __m256i e = _mm256_loadu_si256((const __m256i *)(s + i + 96));
-        _mm256_storeu_si256((__m256i *)(d + i), a);
-        _mm256_storeu_si256((__m256i *)(d + i + 32), b);
-        _mm256_storeu_si256((__m256i *)(d + i + 64), c);
-        _mm256_storeu_si256((__m256i *)(d + i + 96), e);
-    }
-    memcpy(d + i, s + i, n - i);
-}
-
-/* The same with SSE2's 16-byte stores (every x86-64). */
-static void store_copy_sse2(char *d, const char *s, size_t n)
-{
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
-        _mm_storeu_si128((__m128i *)(d + i), a);
-        _mm_storeu_si128((__m128i *)(d + i + 16), b);
-        _mm_storeu_si128((__m128i *)(d + i + 32), c);
-        _mm_storeu_si128((__m128i *)(d + i + 48), e);
-    }
-    memcpy(d + i, s + i, n - i);
-}
-#endif
-
-/* --rewrite 1's copy: plain vector stores where the CPU is x86-64, memcpy elsewhere (the banner
- * says which). */
-static void perf_store_copy(void *dst, const void *src, size_t nbytes)
-{
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2")) {
-        store_copy_avx2(dst, src, nbytes);
-    } else {
-        store_copy_sse2(dst, src, nbytes);
-    }
-#else
-    memcpy(dst, src, nbytes);
-#endif
-}
-
 /* What --rewrite mode writes with, for the banner. */
 static const char *perf_rewrite_how(int mode)
 {
-    if (mode == 2) {
-        return "libc's memcpy";
-    }
-#if defined(__x86_64__)
-    return __builtin_cpu_supports("avx2") ? "AVX2 plain stores" : "SSE2 plain stores";
-#else
-    return "memcpy (no plain-store copy for this CPU)";
-#endif
+    return mode == 2 ? "libc's memcpy" : plain_store_how();
 }
 
 static inline void perf_rewrite(void *input)
@@ -535,7 +475,7 @@ static inline void perf_rewrite(void *input)
     if (perf_ctx.o.rewrite == 2) {
         memcpy(input, perf_ctx.fresh, perf_ctx.fresh_nbytes);
     } else {
-        perf_store_copy(input, perf_ctx.fresh, perf_ctx.fresh_nbytes);
+        plain_store_copy(input, perf_ctx.fresh, perf_ctx.fresh_nbytes);
     }
 }
 

@@ -49,17 +49,7 @@ static long sent, recvd;
 /* Spin until *word >= want; 0 after WAIT_S seconds (the other process died or stalled). */
 static int wait_ge(long *word, long want)
 {
-    double t0 = 0;
-    for (long k = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) < want; k++) {
-        cpu_relax();
-        if ((k & 0xffff) == 0) {
-            if (t0 == 0)
-                t0 = now_s();
-            else if (now_s() - t0 > WAIT_S || __atomic_load_n(&sh->failed, __ATOMIC_RELAXED))
-                return 0;
-        }
-    }
-    return 1;
+    return probe_wait_ge(word, want, &sh->failed, WAIT_S);
 }
 
 static char *send_slot(void)

@@ -16,17 +16,13 @@
  */
 #define _GNU_SOURCE
 #include <sched.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
+#include "../plain_store.h"
 #include "probe.h"
 
 #define WAIT_S 10.0
@@ -48,63 +44,7 @@ static shared_t *sh;
 /* Spin until *word >= want; 0 after WAIT_S seconds (the other process died or stalled). */
 static int wait_ge(long *word, long want)
 {
-    double t0 = 0;
-    for (long k = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) < want; k++) {
-        cpu_relax();
-        if ((k & 0xffff) == 0) {
-            if (t0 == 0)
-                t0 = now_s();
-            else if (now_s() - t0 > WAIT_S || __atomic_load_n(&sh->failed, __ATOMIC_RELAXED))
-                return 0;
-        }
-    }
-    return 1;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) static void plain_avx2(char *d, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i += 128) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(s + i));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 32));
-        __m256i c = _mm256_loadu_si256((const __m256i *)(s + i + 64));
-        __m256i e = _mm256_loadu_si256((const __m256i *)(s + i + 96));
-        _mm256_storeu_si256((__m256i *)(d + i), a);
-        _mm256_storeu_si256((__m256i *)(d + i + 32), b);
-        _mm256_storeu_si256((__m256i *)(d + i + 64), c);
-        _mm256_storeu_si256((__m256i *)(d + i + 96), e);
-    }
-}
-
-static void plain_sse2(char *d, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
-        _mm_storeu_si128((__m128i *)(d + i), a);
-        _mm_storeu_si128((__m128i *)(d + i + 16), b);
-        _mm_storeu_si128((__m128i *)(d + i + 32), c);
-        _mm_storeu_si128((__m128i *)(d + i + 48), e);
-    }
-}
-#endif
-
-/* n: a multiple of 128 */
-static void write_plain(char *d, const char *s, size_t n)
-{
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2"))
-        plain_avx2(d, s, n);
-    else
-        plain_sse2(d, s, n);
-#else
-    volatile uint64_t *vd = (volatile uint64_t *)d; /* volatile: not turned into a memcpy call */
-    const uint64_t *vs = (const uint64_t *)s;
-    for (size_t i = 0; i < n / 8; i++)
-        vd[i] = vs[i];
-#endif
+    return probe_wait_ge(word, want, &sh->failed, WAIT_S);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -166,10 +106,10 @@ int main(int argc, char **argv)
             double t0 = now_s();
             switch (w) {
             case W_PRIVATE:
-                write_plain(mine, values, nbytes);
+                plain_store_copy(mine, values, nbytes);
                 break;
             case W_PLAIN:
-                write_plain(shared, values, nbytes);
+                plain_store_copy(shared, values, nbytes);
                 break;
             case W_MOVSB: {
 #if defined(__x86_64__)
