@@ -117,6 +117,9 @@ struct chorusComm {
                                * zero-copy: CHORUS_ZCOPY_BROADCAST_MIN, as set everywhere */
     int64_t zc_reducescatter_min; /* and reduce-scatters, output bytes (every rank votes); the
                                    * three are CHORUS_ZCOPY_MIN at least where not 0 (init.c) */
+    int64_t zc_allgather_min; /* direct all-gathers this big (output) vote to push into
+                               * chorusMemAlloc outputs: CHORUS_ZCOPY_ALLGATHER_MIN; 0 (never)
+                               * when the machine's ranks outnumber its cores, unless set */
     int64_t alltoall_direct_max; /* all-to-alls of up to this many bytes a rank run direct
                                   * (enqueue.c): CHORUS_ALLTOALL_DIRECT_MAX, or ALLTOALL_OVER_MAX
                                   * where the machine's ranks outnumber its cores, unless set */

@@ -188,7 +188,7 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
     mine[2] = comm->zc_allreduce_min;
     mine[3] = comm->zc_broadcast_min;
     mine[4] = comm->zc_reducescatter_min;
-    mine[5] = comm->params.zcopy_allgather_min;
+    mine[5] = comm->zc_allgather_min;
     mine[6] = comm->alltoall_direct_max;
     mine[7] = comm->params.cma_min;
     chorusResult_t res = boot_allgather(comm->boot, all, N * sizeof(int64_t));
@@ -456,7 +456,10 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
      * all-reduce zero-copy vote (16-64 MiB: 0.90-1.42x of the ring, run
      * to run). The broadcast and reduce-scatter votes stay on: 4 ranks on 2 cores, out of place,
      * broadcast 1-4 MiB 68-251 us against 87-474, reduce-scatter 16 MiB 1376-1496 against
-     * 2475-2731 (commit ba5b48e). */
+     * 2475-2731 (commit ba5b48e). No all-gather push vote either: its flag round cost malloc'd
+     * all-gathers a hand-over each (4 ranks, 256 KiB 33-35 us against 27-31, 4 MiB 369-377
+     * against 331-354, three alternated rounds), more than the push gained with chorusMemAlloc
+     * outputs below 1 MiB. */
     int over = t.host_cores > 0 && comm->machine_ranks > t.host_cores;
     comm->over = over;
     const params_t *pa = &comm->params;
@@ -468,6 +471,8 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
         unless_set("CHORUS_ZCOPY_ALLREDUCE_MIN", pa->zcopy_allreduce_min, over, 0), pa->zcopy_min);
     comm->zc_broadcast_min = zc_floor(pa->zcopy_broadcast_min, pa->zcopy_min);
     comm->zc_reducescatter_min = zc_floor(pa->zcopy_reducescatter_min, pa->zcopy_min);
+    comm->zc_allgather_min =
+        unless_set("CHORUS_ZCOPY_ALLGATHER_MIN", pa->zcopy_allgather_min, over, 0);
     comm->alltoall_direct_max =
         unless_set("CHORUS_ALLTOALL_DIRECT_MAX", pa->alltoall_direct_max, over, ALLTOALL_OVER_MAX);
     CHECK(res);

@@ -89,7 +89,8 @@ static const param_def_t param_table[] = {
      "one-host direct all-gathers whose output is at least this many bytes, where every rank's "
      "output is chorusMemAlloc memory (a flag round asks), write each rank's input straight into "
      "every rank's output (no rank reads another's input, so none need take lines back before "
-     "its next write); 0: never"},
+     "its next write); 0: never (the default when ranks outnumber cores: the flag round costs "
+     "a hand-over)"},
     {"CHORUS_ALLTOALL_DIRECT_MAX", PT_BYTES, "0", 0, BIG, OFF(alltoall_direct_max),
      "one-host all-to-alls of at most this many bytes a rank (its whole input) run through the "
      "node-local windows instead of send/recv; 0: never (the default, unless ranks outnumber "

@@ -534,7 +534,7 @@ out:
         (size_t)comm->params.zcopy_min,
         (size_t)comm->zc_broadcast_min,
         &comm->zc_reads,
-        (size_t)comm->params.zcopy_allgather_min,
+        (size_t)comm->zc_allgather_min,
         &comm->zc_pushes,
         n <= DIRECT_GATE_MAX_RANKS && comm->params.wait_gate ? &comm->win_gate : NULL,
         comm->over ? 0 : STREAM_WIN_NBYTES,
