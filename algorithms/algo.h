@@ -154,6 +154,9 @@ typedef struct direct_hdr {
     /* [s % DIRECT_LL_SLOTS]: a small piece s, each word (s mod 2^32) << 32 | 4 data bytes */
     _Alignas(64) uint64_t ll[DIRECT_LL_SLOTS][DIRECT_LL_WORDS];
     uint64_t ll_fresh[DIRECT_LL_SLOTS]; /* the owner's own: when it last wrote a whole slot */
+    /* Rank 0's only: the all-gathers' plan (direct_adapt.c), (first call it holds for, mod
+     * 2^32) << 32 | the size classes that read by cross-memory attach from then on. */
+    _Alignas(64) uint64_t cma_plan;
 } direct_hdr_t;
 _Static_assert(offsetof(direct_hdr_t, sched) + sizeof(direct_sched_t) <= 4096,
                "flags, lines and sched in the window header's first page");
@@ -211,6 +214,42 @@ void direct_gate_init(direct_gate_t *g, const struct direct_view *v, int balance
  * the other did. */
 int direct_gate_balance_to(const int *cpu_of, int n, int me, const int *cpus, int ncpus);
 
+/*
+ * All-gathers choosing between the window and cross-memory attach at run time (direct_adapt.c),
+ * per size class: a power of two of bytes a rank, from DIRECT_ADAPT_MIN_NBYTES (the last class
+ * holds every larger size). Rank 0 times its calls and publishes the plan in its header; every
+ * rank counts the calls it applies to, which are the same on every rank (they depend on the size
+ * only), and takes a plan from the call it names.
+ */
+#define DIRECT_ADAPT_CLASSES 16
+#define DIRECT_ADAPT_MIN_NBYTES (16 * 1024)
+typedef struct direct_adapt_class {
+    int64_t best[2][2]; /* [path: 0 window, 1 cross-memory attach][in place]: the least time of
+                         * a call (ns) since the last trial; INT64_MAX: none */
+    int64_t trial_best[2]; /* [in place]: the trial's least time on the other path */
+    int64_t next_ns; /* no trial before then */
+    int64_t period_ns; /* from one trial to the next: doubles after each the trial lost */
+    uint32_t since; /* calls since the last trial */
+    uint32_t trial_calls;
+} direct_adapt_class_t;
+typedef struct direct_adapt {
+    uint32_t calls; /* all-gathers the plan applies to so far (mod 2^32) */
+    uint32_t mask; /* the classes that read by cross-memory attach now, as this rank took it */
+    uint64_t seen; /* the last plan word read */
+    uint64_t switches; /* plans this rank has taken up (tests look) */
+    int test; /* CHORUS_CMA_ADAPT=2: rank 0 turns every class the other way at every chance,
+               * untimed */
+    /* rank 0 only: */
+    uint32_t planned; /* the mask it last published (or started with) */
+    uint32_t plan_from; /* the call that plan holds from */
+    int trial; /* the class under trial, or -1 */
+    uint32_t trial_from; /* the call the trial's plan holds from */
+    int trial_path; /* the path the trial times: 1 cross-memory attach */
+    direct_adapt_class_t cls[DIRECT_ADAPT_CLASSES];
+} direct_adapt_t;
+/* Start with every class reading by cross-memory attach (cma) or none; test: CHORUS_CMA_ADAPT=2. */
+void direct_adapt_init(direct_adapt_t *ad, int cma, int test);
+
 /* What a rank last published in its done flag, and the last piece it has read but not yet
  * published (0: none); kept out of the shared line, which peers poll. */
 typedef struct direct_done {
@@ -267,6 +306,9 @@ typedef struct direct_view {
     size_t cma_min_nbytes;
     size_t cma_bcast_min_nbytes; /* broadcasts from this size; 0: never */
     uint64_t *cma_reads; /* peers' inputs this rank has read so (tests look) */
+    /* All-gathers of DIRECT_ADAPT_MIN_NBYTES a rank and more choose between the window and
+     * cross-memory attach at run time (direct_adapt.c); NULL: cma_min_nbytes decides. */
+    direct_adapt_t *cma_adapt;
 } direct_view_t;
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,

@@ -378,23 +378,14 @@ static chorusResult_t allgather_push(prims_t *p, const direct_view_t *v, const c
     return direct_zc_release(p, v, s);
 }
 
-HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+/* All-gather through the window buffers, in pieces of one buffer (zc: this rank's input is
+ * read in place, at zref). */
+HOT_PATH static chorusResult_t allgather_win(prims_t *p, const direct_view_t *v,
+                                             const coll_args_t *a, int zc, const mem_ref_t *zref)
 {
     int n = v->nranks, me = v->rank;
-    size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
+    size_t es = p->esize, per = v->buf_nbytes / es;
     const char *in = a->sendbuff;
-    mem_ref_t zref;
-    /* The vote's question depends only on what every rank shares (the size, the settings). */
-    if (v->zc_find != NULL && v->zc_push_min_nbytes != 0 &&
-        nbytes * (size_t)n >= v->zc_push_min_nbytes && nbytes > LINES_MAX_NBYTES) {
-        int all = 0;
-        CHECK(direct_vote(p, v, -1, v->zc_find(a->recvbuff, nbytes * (size_t)n, &zref), &all));
-        if (all)
-            return allgather_push(p, v, a, &zref);
-    }
-    int zc = direct_zc_expose(v, in, nbytes, a->recvbuff, nbytes * (size_t)n, &zref);
-    if (direct_cma_call(v, nbytes, v->cma_min_nbytes))
-        return allgather_cma(p, v, a, zc, &zref);
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
@@ -429,7 +420,7 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
             }
             direct_publish_ready(v, s, NULL, off * es);
         } else {
-            direct_publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
+            direct_publish_input(p, v, s, zc ? zref : NULL, in, off, len);
         }
         for (int k = own_done; k < n; k++) {
             int r = (me + k) % n;
@@ -448,6 +439,32 @@ HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, con
     }
     if (zc)
         CHECK(direct_zc_release(p, v, s));
+    return chorusSuccess;
+}
+
+HOT_PATH static chorusResult_t allgather(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+{
+    int n = v->nranks;
+    size_t nbytes = a->count * p->esize;
+    const char *in = a->sendbuff;
+    mem_ref_t zref;
+    /* The vote's question depends only on what every rank shares (the size, the settings). */
+    if (v->zc_find != NULL && v->zc_push_min_nbytes != 0 &&
+        nbytes * (size_t)n >= v->zc_push_min_nbytes && nbytes > LINES_MAX_NBYTES) {
+        int all = 0;
+        CHECK(direct_vote(p, v, -1, v->zc_find(a->recvbuff, nbytes * (size_t)n, &zref), &all));
+        if (all)
+            return allgather_push(p, v, a, &zref);
+    }
+    int zc = direct_zc_expose(v, in, nbytes, a->recvbuff, nbytes * (size_t)n, &zref);
+    int k = direct_adapt_class(v, nbytes);
+    if (k < 0)
+        return direct_cma_call(v, nbytes, v->cma_min_nbytes) ? allgather_cma(p, v, a, zc, &zref)
+                                                             : allgather_win(p, v, a, zc, &zref);
+    int cma = direct_adapt_begin(v, k);
+    int64_t t0 = v->rank == 0 ? fifo_now_ns() : 0;
+    CHECK(cma ? allgather_cma(p, v, a, zc, &zref) : allgather_win(p, v, a, zc, &zref));
+    direct_adapt_end(v, k, cma, in == (const char *)a->recvbuff + (size_t)v->rank * nbytes, t0);
     return chorusSuccess;
 }
 

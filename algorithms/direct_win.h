@@ -93,6 +93,14 @@ static inline int direct_cma_call(const direct_view_t *v, size_t nbytes, size_t 
     return v->cma_read != NULL && min != 0 && nbytes >= min && nbytes > DIRECT_LL_NBYTES &&
            nbytes > LINES_MAX_NBYTES;
 }
+/* All-gathers choosing their path at run time (direct_adapt.c): the size class of a call of
+ * nbytes a rank, or -1 where the call does not choose (the same on every rank). */
+int direct_adapt_class(const direct_view_t *v, size_t nbytes);
+/* At a choosing call's start, every rank: take up rank 0's plan where it holds from this call;
+ * 1: this call reads by cross-memory attach. */
+int direct_adapt_begin(const direct_view_t *v, int k);
+/* At its end, every rank (rank 0 times it from t0, fifo_now_ns, and may publish a plan). */
+void direct_adapt_end(const direct_view_t *v, int k, int cma, int in_place, int64_t t0);
 /* Set this rank's ready flag of slotted piece s (no payload: see above). */
 void direct_slot_ready(const direct_view_t *v, uint64_t s);
 /* Write nbytes from src as LL words of piece s; then the ready flag. */

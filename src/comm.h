@@ -148,6 +148,9 @@ struct chorusComm {
     uint64_t zc_pushes; /* inputs written straight into peers' chorusMemAlloc outputs (direct.c) */
     uint64_t cma_reads; /* peers' inputs read where they lie with process_vm_readv (direct.c) */
     uint64_t cma_cookie; /* read by the peers at window setup: may they read this process? */
+    int64_t cma_adapt; /* CHORUS_CMA_ADAPT as taken: 0 where CHORUS_CMA_MIN is set, and
+                        * where the machine's ranks outnumber its cores unless it is set */
+    direct_adapt_t cma_plan; /* all-gathers' choice of path (direct_adapt.c), where on */
     uint64_t zc_allreduce_won; /* all-reduces whose zero-copy vote won (enqueue.c; tests look) */
     uint64_t zc_broadcast_won; /* broadcasts whose zero-copy vote won */
     uint64_t zc_reducescatter_won; /* reduce-scatters whose zero-copy vote won */

@@ -177,7 +177,8 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
                                         "CHORUS_ZCOPY_REDUCESCATTER_MIN",
                                         "CHORUS_ZCOPY_ALLGATHER_MIN",
                                         "CHORUS_ALLTOALL_DIRECT_MAX",
-                                        "CHORUS_CMA_MIN"};
+                                        "CHORUS_CMA_MIN",
+                                        "CHORUS_CMA_ADAPT"};
     enum { N = sizeof(names) / sizeof(names[0]) };
     int64_t *all = calloc((size_t)comm->nranks * N, sizeof(int64_t));
     if (all == NULL)
@@ -191,16 +192,17 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
     mine[5] = comm->zc_allgather_min;
     mine[6] = comm->alltoall_direct_max;
     mine[7] = comm->params.cma_min;
+    mine[8] = comm->cma_adapt;
     chorusResult_t res = boot_allgather(comm->boot, all, N * sizeof(int64_t));
     for (int r = 1; res == chorusSuccess && r < comm->nranks; r++)
         for (int k = 0; k < N; k++)
             if (all[(size_t)N * r + k] != all[k]) {
                 res = ERR(chorusInvalidUsage, SUB_INIT,
                           "%s is %lld on rank %d and %lld on rank 0 (as each took it: unset is "
-                          "its default): the one-host algorithms' settings must be the same on "
+                          "its default%s): the one-host algorithms' settings must be the same on "
                           "every rank; export it alike to all (mpirun -x %s) or unset it on all",
                           names[k], (long long)all[(size_t)N * r + k], r, (long long)all[k],
-                          names[k]);
+                          k == 8 ? "; 0 where CHORUS_CMA_MIN is set" : "", names[k]);
                 break;
             }
     free(all);
@@ -475,6 +477,9 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
         unless_set("CHORUS_ZCOPY_ALLGATHER_MIN", pa->zcopy_allgather_min, over, 0);
     comm->alltoall_direct_max =
         unless_set("CHORUS_ALLTOALL_DIRECT_MAX", pa->alltoall_direct_max, over, ALLTOALL_OVER_MAX);
+    comm->cma_adapt = params_raw("CHORUS_CMA_MIN") == NULL
+                          ? unless_set("CHORUS_CMA_ADAPT", pa->cma_adapt, over, 0)
+                          : 0;
     CHECK(res);
     if (t.direct)
         CHECK(settings_alike_direct(comm));

@@ -100,7 +100,14 @@ static const param_def_t param_table[] = {
      "many and 64 KiB where the ranks do not outnumber the cores, read each peer's input (the "
      "root's) where it lies, any memory, with process_vm_readv (Linux cross-memory attach: one "
      "copy where the window takes two); 0: never; unset: each communicator's setup times it "
-     "against the window's copies and leaves it off where it loses"},
+     "against the window's copies and leaves it off where it loses, and all-gathers choose "
+     "again at run time (CHORUS_CMA_ADAPT)"},
+    {"CHORUS_CMA_ADAPT", PT_INT, "1", 0, 2, OFF(cma_adapt),
+     "1: where CHORUS_CMA_MIN is unset, one-host all-gathers of at least 16 KiB a rank choose "
+     "between the window and cross-memory attach per size at run time, by rank 0's timing of "
+     "a few calls the other way now and then; 0: the setup's timing decides for the "
+     "communicator's life (the default where the ranks outnumber the cores); 2 (tests): every "
+     "size switches at every chance"},
     {"CHORUS_CUDA_P2P", PT_INT, "-1", -1, 1, OFF(cuda_p2p),
      "device buffers inside a machine GPU to GPU (1), staged via host (0); -1: 1 unless GPUs "
      "shared"},

@@ -365,7 +365,7 @@ HOT_PATH chorusResult_t window_connect(chorusComm_t comm)
 static chorusResult_t window_map(chorusComm_t comm)
 {
     chorusResult_t res = chorusSuccess;
-    int n = comm->nranks, me = comm->rank, all = 0, differ = 0;
+    int n = comm->nranks, me = comm->rank, all = 0, differ = 0, cma_pays_all = 1;
     size_t bufsz = ((size_t)comm->params.direct_buffsize + 4095) & ~(size_t)4095;
     size_t map_nbytes = DIRECT_HDR_NBYTES + 2 * bufsz;
     char name[WINDOW_NAME_BYTES], why[768] = "";
@@ -483,12 +483,15 @@ static chorusResult_t window_map(chorusComm_t comm)
             CHECK_GOTO(cma_pays(comm, cards, cma_buf, scratch, map_nbytes, timed, &pays), res, out);
             CHECK_GOTO(all_agree(comm, pays, &agreed), res, out);
             if (!(agreed & 1)) {
-                all &= ~4;
+                cma_pays_all = 0;
+                if (comm->cma_adapt == 0)
+                    all &= ~4;
                 if (me == 0)
                     INFO(SUB_INIT,
-                         "cross-memory attach off on this communicator: a rank timed it slower "
+                         "cross-memory attach %s on this communicator: a rank timed it slower "
                          "than the window's copies (CHORUS_CMA_MIN set on every rank skips the "
-                         "timing)");
+                         "timing)",
+                         comm->cma_adapt ? "off for now (all-gathers try it at run time)" : "off");
             }
         }
     }
@@ -540,11 +543,14 @@ out:
         comm->over ? 0 : STREAM_WIN_NBYTES,
         &comm->win_slot,
         (all & 4) ? cma_read : NULL,
-        (size_t)comm->params.cma_min,
-        comm->over || comm->params.cma_min == 0       ? 0
-        : comm->params.cma_min > CMA_BCAST_MIN_NBYTES ? (size_t)comm->params.cma_min
-                                                      : CMA_BCAST_MIN_NBYTES,
-        &comm->cma_reads};
+        cma_pays_all ? (size_t)comm->params.cma_min : 0,
+        comm->over || comm->params.cma_min == 0 || !cma_pays_all ? 0
+        : comm->params.cma_min > CMA_BCAST_MIN_NBYTES            ? (size_t)comm->params.cma_min
+                                                                 : CMA_BCAST_MIN_NBYTES,
+        &comm->cma_reads,
+        (all & 4) && comm->cma_adapt ? &comm->cma_plan : NULL};
+    if (comm->win_view.cma_adapt != NULL)
+        direct_adapt_init(&comm->cma_plan, cma_pays_all, comm->cma_adapt == 2);
     /* Balance only where this window's ranks are all the machine's, and they outnumber its
      * cores (direct_win.c). */
     if (comm->win_view.gate != NULL)
@@ -552,7 +558,10 @@ out:
                          comm->params.wait_balance && comm->over && comm->machine_ranks == n);
     INFO(SUB_INIT,
          "direct windows: %d ranks x 2 buffers of %zu bytes; zero-copy %s; cross-memory attach %s",
-         n, bufsz, (all & 2) ? "on" : "off", (all & 4) ? "on" : "off");
+         n, bufsz, (all & 2) ? "on" : "off",
+         comm->win_view.cma_adapt != NULL ? "chosen at run time (all-gathers)"
+         : (all & 4)                      ? "on"
+                                          : "off");
     return chorusSuccess;
 }
 

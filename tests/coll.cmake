@@ -158,7 +158,12 @@ endforeach()
 # threads; and CHORUS_CMA_MIN=0, where none may. Each fails unless some rank read by it (on), or
 # if one did (off). CHORUS_CMA_MIN set keeps it on (unset, window.c times it against the window's
 # copies and it is off where it loses, as on the AMD VM of 2026-12-06); coll_cma_auto_mpi_* leave
-# it unset and fail unless every rank agreed, and read by it exactly when on.
+# it unset, with CHORUS_CMA_ADAPT=0 (all-gathers keep the setup's answer), and fail unless every
+# rank agreed, and read by it exactly when on. coll_cma_adapt_*: all-gathers choose their path at
+# run time (algorithms/direct_adapt.c), CHORUS_CMA_ADAPT=2 turning every size the other way at
+# every chance, with 60 all-gathers back to back after the matrix; each fails unless every rank
+# took up the same plans (more than one) and read by cross-memory attach, and every result is
+# right (with plans published a call later than they hold, they were not: 111-121 wrong checks).
 if(MPI_C_FOUND)
   chorus_add_test(NAME coll_cma_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
@@ -167,8 +172,12 @@ if(MPI_C_FOUND)
   foreach(np 2 3)
     chorus_add_test(NAME coll_cma_auto_mpi_${np} TIMEOUT 300
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${np}
-              -x CHORUS_ALGO=oneshot
+              -x CHORUS_ALGO=oneshot -x CHORUS_CMA_ADAPT=0
               $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma auto)
+    chorus_add_test(NAME coll_cma_adapt_mpi_${np} TIMEOUT 300
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${np}
+              -x CHORUS_ALGO=oneshot -x CHORUS_CMA_ADAPT=2
+              $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma adapt)
   endforeach()
   chorus_add_test(NAME coll_cma_min4k_mpi_3 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3 -x CHORUS_ALGO=oneshot
@@ -186,6 +195,9 @@ endif()
 chorus_add_test(NAME coll_cma_threads_2 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,1031,140000 --cma on
   ENV CHORUS_ALGO=oneshot)
+chorus_add_test(NAME coll_cma_adapt_threads_2 TIMEOUT 300
+  COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,140000 --cma adapt
+  ENV CHORUS_ALGO=oneshot CHORUS_CMA_ADAPT=2)
 
 # The zero-copy votes of large all-reduces, broadcasts and reduce-scatters (enqueue.c
 # run_zc_vote, direct.c) and of all-gathers (direct.c allgather_push) brought down to 4 KiB, with

@@ -20,6 +20,7 @@
  * CUDA stream; the test writes and checks host shadows, copied in before each call and out after
  * it, so every check above holds for device buffers too.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -203,6 +204,8 @@ typedef struct ctx {
     long zc_pushes; /* inputs this rank wrote into peers' outputs (all-gather push) */
     long cma_reads; /* peers' inputs this rank read by cross-memory attach */
     long cma_on; /* 1: this rank's communicator has cross-memory attach on */
+    long cma_adapt; /* 1: its all-gathers choose their path at run time (CHORUS_CMA_ADAPT) */
+    long cma_switches; /* plans it took up that changed the path of some size */
     /* WITH_DEVBUF: the device buffers behind the host shadows send and recv, their size, the
      * stream, and the result of the call in flight (CALL) */
     char *send, *recv, *dsend, *drecv;
@@ -244,8 +247,10 @@ static void dev_out(ctx_t *c)
 
 /* --cma on|off: fail unless some rank read a peer's input by cross-memory attach (on), or if
  * one did (off); auto (2): every rank's communicator has it on, and some rank read by it, or every
- * rank's has it off, and none did (CHORUS_CMA_MIN unset: window.c's timing chose); -1: not
- * asked. */
+ * rank's has it off, and none did (CHORUS_CMA_MIN unset: window.c's timing chose); adapt (3):
+ * every rank's all-gathers choose their path at run time, every rank took up the same number of
+ * plans that switched a path, more than one, and some rank read by cross-memory attach
+ * (CHORUS_CMA_ADAPT=2 switches at every chance); -1: not asked. */
 static int cma_mode = -1;
 /* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
 static int memalloc_mode;
@@ -309,6 +314,51 @@ static int call_ok(ctx_t *c, chorusResult_t res, const char *what)
         }                                                                                          \
         (c)->checks++;                                                                             \
     } while (0)
+
+#ifndef WITH_DEVBUF
+/* --cma adapt: AG_BURST all-gathers back to back, nothing between them (each into its own
+ * output, checked after the last), of three sizes in turn (int32, the largest two pieces of the
+ * window), in place every other three, each call's values its own: where a plan for a path
+ * reached some rank a call late, that call's parts would come from the wrong place, or the ranks
+ * would wait for each other's flags until the timeout. */
+#define AG_BURST 60
+static void ag_burst(ctx_t *c)
+{
+    const int n = c->n, r = c->rank;
+    const size_t sizes[3] = {4100, 20000, 140000};
+    size_t total = 0;
+    for (int i = 0; i < AG_BURST; i++)
+        total += sizes[i % 3] * (size_t)n;
+    int32_t *out = malloc(total * 4), *in = malloc(sizes[2] * 4);
+    if (out == NULL || in == NULL) {
+        FAIL(c, "allocating %zu bytes for the all-gather burst failed", total * 4 + sizes[2] * 4);
+        free(out);
+        free(in);
+        return;
+    }
+    char label[96];
+    int32_t *o = out;
+    for (int i = 0; i < AG_BURST; o += sizes[i % 3] * (size_t)n, i++) {
+        size_t count = sizes[i % 3];
+        int32_t *src = i / 3 % 2 ? o + (size_t)r * count : in;
+        for (size_t k = 0; k < count; k++)
+            src[k] = (int32_t)(((size_t)i * 977 + (size_t)r * 131 + k) % 1000003);
+        snprintf(label, sizeof(label), "AllGather burst call %d", i);
+        if (!call_ok(c, chorusAllGather(src, o, count, chorusInt32, c->comm, NULL), label))
+            break;
+    }
+    o = out;
+    for (int i = 0; i < AG_BURST; o += sizes[i % 3] * (size_t)n, i++) {
+        size_t count = sizes[i % 3];
+        snprintf(label, sizeof(label), "AllGather burst call %d count %zu %s", i, count,
+                 i / 3 % 2 ? "in-place" : "out-of-place");
+        VERIFY(c, chorusInt32, o, count * n,
+               (double)(((size_t)i * 977 + k / count * 131 + k % count) % 1000003), label);
+    }
+    free(out);
+    free(in);
+}
+#endif
 
 static void run_matrix(ctx_t *c)
 {
@@ -441,6 +491,10 @@ static void run_matrix(ctx_t *c)
             }
         }
     }
+#ifndef WITH_DEVBUF
+    if (cma_mode == 3)
+        ag_burst(c);
+#endif
     free_buf(r, send);
     free_buf(r, recv);
     free(orig);
@@ -457,6 +511,8 @@ static void run_matrix(ctx_t *c)
     c->zc_pushes = (long)c->comm->zc_pushes;
     c->cma_reads = (long)c->comm->cma_reads;
     c->cma_on = c->comm->win_view.cma_read != NULL;
+    c->cma_adapt = c->comm->win_view.cma_adapt != NULL;
+    c->cma_switches = c->cma_adapt ? (long)c->comm->cma_plan.switches : 0;
 }
 
 /* --zc-WHAT: 1 (and rank 0 says why) when want is 1 and no call won its zero-copy vote, or 0 and
@@ -483,7 +539,8 @@ static void *thread_main(void *arg)
  * over the ranks with Chorus itself; if that sum fails, this rank counts the call as a failure so
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
 static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
-                    long *rswon_p, long *push_p, long *cma_p, long *cma_on_p, int *me_p)
+                    long *rswon_p, long *push_p, long *cma_p, long *cma_on_p, long adapt_p[3],
+                    int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -504,8 +561,16 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
     run_matrix(&c);
     int64_t sums[9] = {c.failures,  c.checks,    c.zc_reads, c.zc_won,   c.zc_bcast_won,
                        c.zc_rs_won, c.cma_reads, c.cma_on,   c.zc_pushes};
+    int64_t adapt[3] = {c.cma_adapt, -c.cma_switches, c.cma_switches}; /* sum, -min, max */
     if (call_ok(&c, chorusAllReduce(sums, sums, 9, chorusInt64, chorusSum, comm, NULL),
-                "AllReduce of the failure and check counts")) {
+                "AllReduce of the failure and check counts") &&
+        call_ok(&c, chorusAllReduce(adapt, adapt, 1, chorusInt64, chorusSum, comm, NULL),
+                "AllReduce of the all-gather plans") &&
+        call_ok(&c, chorusAllReduce(adapt + 1, adapt + 1, 2, chorusInt64, chorusMax, comm, NULL),
+                "AllReduce of the all-gather plans")) {
+        adapt_p[0] = (long)adapt[0];
+        adapt_p[1] = (long)-adapt[1];
+        adapt_p[2] = (long)adapt[2];
         *failures_p = (long)sums[0];
         *checks_p = (long)sums[1];
         *zc_p = (long)sums[2];
@@ -569,9 +634,11 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(argv[i], "--cma") == 0 && i + 1 < argc &&
                    (strcmp(argv[i + 1], "on") == 0 || strcmp(argv[i + 1], "off") == 0 ||
-                    strcmp(argv[i + 1], "auto") == 0)) {
+                    strcmp(argv[i + 1], "auto") == 0 || strcmp(argv[i + 1], "adapt") == 0)) {
             i++;
-            cma_mode = strcmp(argv[i], "auto") == 0 ? 2 : strcmp(argv[i], "on") == 0;
+            cma_mode = strcmp(argv[i], "adapt") == 0  ? 3
+                       : strcmp(argv[i], "auto") == 0 ? 2
+                                                      : strcmp(argv[i], "on") == 0;
         } else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
                    (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
             memalloc_mode = strcmp(argv[++i], "all") == 0 ? 1 : 2;
@@ -581,7 +648,7 @@ int main(int argc, char **argv)
                 "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
                 "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
                 "          [--zc-reducescatter won|lost] [--zc-allgather won|lost]\n"
-                "          [--cma on|off|auto] [--driver PATH]\n"
+                "          [--cma on|off|auto|adapt] [--driver PATH]\n"
                 "  --threads N  N ranks as threads of this process\n"
                 "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                 "               unless a rank read a peer's buffer in place (zero-copy)\n"
@@ -595,7 +662,9 @@ int main(int argc, char **argv)
                 "  --cma on|off fails unless some rank read a peer's input by cross-memory\n"
                 "               attach (on), or if one did (off); auto: every rank's\n"
                 "               communicator agreed on it (on: some rank read by it; off:\n"
-                "               none did)\n"
+                "               none did); adapt: every rank's all-gathers chose their\n"
+                "               path at run time and switched it alike, more than once\n"
+                "               (CHORUS_CMA_ADAPT=2), and some rank read by it\n"
                 "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                 "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
                 "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
@@ -617,6 +686,7 @@ int main(int argc, char **argv)
 #endif
     long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0, zc_rs_won = 0,
          zc_pushes = 0, cma_reads = 0, cma_on = 0;
+    long adapt[3] = {0, LONG_MAX, 0}; /* ranks choosing all-gather paths; least, most switches */
     int me = 0;
     if (threads > 0) {
         nranks_g = threads;
@@ -644,6 +714,9 @@ int main(int argc, char **argv)
             zc_pushes += ctx[i].zc_pushes;
             cma_reads += ctx[i].cma_reads;
             cma_on += ctx[i].cma_on;
+            adapt[0] += ctx[i].cma_adapt;
+            adapt[1] = ctx[i].cma_switches < adapt[1] ? ctx[i].cma_switches : adapt[1];
+            adapt[2] = ctx[i].cma_switches > adapt[2] ? ctx[i].cma_switches : adapt[2];
             chorusCommDestroy(comms_g[i]);
         }
         free(tid);
@@ -651,7 +724,7 @@ int main(int argc, char **argv)
         free(comms_g);
     } else if (env) {
         if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &zc_pushes,
-                     &cma_reads, &cma_on, &me) != 0)
+                     &cma_reads, &cma_on, adapt, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -711,6 +784,9 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.zc_pushes, &zc_pushes, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_reads, &cma_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_on, &cma_on, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.cma_adapt, &adapt[0], 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.cma_switches, &adapt[1], 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.cma_switches, &adapt[2], 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
         MPI_Finalize();
 #else
         fprintf(stderr, "built without MPI: use --threads N or --env\n");
@@ -728,6 +804,15 @@ int main(int argc, char **argv)
             printf("FAIL --cma auto: %ld of %d ranks have cross-memory attach on, %ld peers' "
                    "inputs read by it (every rank must agree, and read by it only if on)\n",
                    cma_on, nranks_g, cma_reads);
+        failures++;
+    } else if (cma_mode == 3 && nranks_g > 1 &&
+               (adapt[0] != nranks_g || adapt[1] != adapt[2] || adapt[1] < 2 || cma_reads == 0)) {
+        if (me == 0)
+            printf("FAIL --cma adapt: %ld of %d ranks choose all-gather paths at run time, "
+                   "switching them %ld to %ld times (every rank must, alike, more than once), "
+                   "%ld peers' inputs read by cross-memory attach (CHORUS_CMA_ADAPT=2, "
+                   "CHORUS_CMA_MIN unset)\n",
+                   adapt[0], nranks_g, adapt[1], adapt[2], cma_reads);
         failures++;
     } else if (cma_mode == 0 || cma_mode == 1) {
         if (nranks_g > 1 && (cma_mode ? cma_reads == 0 : cma_reads != 0)) {
@@ -759,6 +844,8 @@ int main(int argc, char **argv)
             printf(", %ld inputs read by cross-memory attach", cma_reads);
         if (cma_mode == 2)
             printf(" (on at %ld of %d ranks)", cma_on, nranks_g);
+        if (cma_mode == 3)
+            printf(" (paths switched %ld times on every rank)", adapt[1]);
         if (zc_vote >= 0 || zc_bcast_vote || zc_rs_vote >= 0)
             printf(", zero-copy votes won: %ld all-reduces, %ld broadcasts, %ld reduce-scatters",
                    zc_won, zc_bcast_won, zc_rs_won);

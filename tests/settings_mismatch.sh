@@ -7,10 +7,11 @@
 # set against unset where it allows all: the zero-copy votes run only where it is unset, and an
 # invalid value on one rank), an invalid CHORUS_PROTO on one rank (it failed alone, after the
 # rings), CHORUS_ZCOPY_ALLREDUCE_MIN, CHORUS_ZCOPY_MIN (set on one rank against its default:
-# slotted pieces depend on it), CHORUS_ZCOPY_ALLGATHER_MIN (the all-gather's vote) and
-# CHORUS_ALLTOALL_DIRECT_MAX; and that
-# settings equal as taken still run (CHORUS_ALGO's list in another order; CHORUS_ZCOPY=1, its
-# default, on one rank only). PROGRAM is coll_matrix_mpi.
+# slotted pieces depend on it), CHORUS_ZCOPY_ALLGATHER_MIN (the all-gather's vote),
+# CHORUS_ALLTOALL_DIRECT_MAX and CHORUS_CMA_ADAPT (rank 0's plans for all-gathers: also where
+# CHORUS_CMA_MIN is set on one rank only, at its default, which turns it off there); and that
+# settings equal as taken still run (CHORUS_ALGO's list in another order; CHORUS_ZCOPY=1 and
+# CHORUS_CMA_ADAPT=1, their defaults, on one rank only). PROGRAM is coll_matrix_mpi.
 set -u
 mpiexec=$1
 prog=$2
@@ -75,8 +76,11 @@ refused CHORUS_ZCOPY_ALLREDUCE_MIN CHORUS_ZCOPY_ALLREDUCE_MIN=0 CHORUS_ZCOPY_ALL
 refused CHORUS_ZCOPY_MIN CHORUS_ZCOPY_MIN=512K -
 refused CHORUS_ZCOPY_ALLGATHER_MIN CHORUS_ZCOPY_ALLGATHER_MIN=0 -
 refused CHORUS_ALLTOALL_DIRECT_MAX CHORUS_ALLTOALL_DIRECT_MAX=0 CHORUS_ALLTOALL_DIRECT_MAX=1G
+refused CHORUS_CMA_ADAPT CHORUS_CMA_ADAPT=0 -
+refused CHORUS_CMA_ADAPT - CHORUS_CMA_MIN=16K
 runs CHORUS_ALGO=ring,oneshot CHORUS_ALGO=oneshot,ring
 runs CHORUS_ZCOPY=1 -
+runs - CHORUS_CMA_ADAPT=1
 
 [ $fail -eq 0 ] && echo "PASS: settings_mismatch" || echo "FAIL: settings_mismatch"
 exit $fail
