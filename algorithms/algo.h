@@ -223,13 +223,17 @@ int direct_gate_balance_to(const int *cpu_of, int n, int me, const int *cpus, in
  */
 #define DIRECT_ADAPT_CLASSES 16
 #define DIRECT_ADAPT_MIN_NBYTES (16 * 1024)
+#define DIRECT_ADAPT_RECENT 3
 typedef struct direct_adapt_class {
-    int64_t best[2][2]; /* [path: 0 window, 1 cross-memory attach][in place]: the least time of
-                         * a call (ns) since the last trial; INT64_MAX: none */
+    /* [in place]: the current path's last DIRECT_ADAPT_RECENT call times (ns), a ring */
+    int64_t recent[2][DIRECT_ADAPT_RECENT];
+    uint32_t nrecent[2];
+    int64_t ref[2]; /* [in place]: the least of recent when the trial's first call came;
+                     * INT64_MAX: none */
     int64_t trial_best[2]; /* [in place]: the trial's least time on the other path */
     int64_t next_ns; /* no trial before then */
     int64_t period_ns; /* from one trial to the next: doubles after each the trial lost */
-    uint32_t since; /* calls since the last trial */
+    uint32_t since; /* calls on the current path since the last trial */
     uint32_t trial_calls;
 } direct_adapt_class_t;
 typedef struct direct_adapt {

@@ -13,9 +13,11 @@
  * rank's part has arrived, so its time is the call's. Every ADAPT_PERIOD_NS or more (doubling,
  * up to ADAPT_PERIOD_MAX_NS, after each trial the other path lost) a size class runs
  * ADAPT_TRIAL_CALLS calls the other way; the other path is kept where its least time was at most
- * ADAPT_KEEP_PCT percent of the current path's least since the last trial, compared for calls in
- * place and out of place apart (rank 0's own; the two cost differently: in place, cross-memory
- * attach has no local copy to make).
+ * ADAPT_KEEP_PCT percent of the least of the current path's last DIRECT_ADAPT_RECENT calls before
+ * them (neighbours in time: a path's times here ran at 27 us for some forty calls, then at 38-50
+ * for the next forty, with nothing else running), compared for calls in place and out of place
+ * apart (rank 0's own; the two cost differently: in place, cross-memory attach has no local copy
+ * to make).
  *
  * The plan travels in rank 0's header (cma_plan): the call it holds from and the classes that
  * read by cross-memory attach. Every rank counts the calls it applies to (the same calls on every
@@ -37,7 +39,9 @@
 #include "direct_win.h"
 
 #define ADAPT_WARM_CALLS 8 /* calls of a class on its path before a trial */
-#define ADAPT_TRIAL_CALLS 2 /* calls a trial times the other way */
+#define ADAPT_TRIAL_CALLS                                                                          \
+    3 /* calls a trial times the other way (the first after a switch ran                           \
+       * up to 2x its later ones here) */
 #define ADAPT_KEEP_PCT 92
 #define ADAPT_PERIOD_NS (200LL * 1000 * 1000)
 #define ADAPT_PERIOD_MAX_NS (3200LL * 1000 * 1000)
@@ -59,8 +63,7 @@ void direct_adapt_init(direct_adapt_t *ad, int cma, int test)
     ad->trial = -1;
     for (int k = 0; k < DIRECT_ADAPT_CLASSES; k++) {
         direct_adapt_class_t *cl = &ad->cls[k];
-        for (int i = 0; i < 4; i++)
-            cl->best[i / 2][i % 2] = INT64_MAX;
+        cl->ref[0] = cl->ref[1] = INT64_MAX;
         cl->trial_best[0] = cl->trial_best[1] = INT64_MAX;
         cl->period_ns = ADAPT_PERIOD_NS;
     }
@@ -110,10 +113,10 @@ static void trial_end(const direct_view_t *v, direct_adapt_t *ad, uint32_t c, in
         return;
     int was = !ad->trial_path, compared = 0, keep = made;
     for (int ip = 0; ip < 2; ip++) {
-        if (cl->trial_best[ip] == INT64_MAX || cl->best[was][ip] == INT64_MAX)
+        if (cl->trial_best[ip] == INT64_MAX || cl->ref[ip] == INT64_MAX)
             continue;
         compared = 1;
-        keep &= cl->trial_best[ip] * 100 <= cl->best[was][ip] * ADAPT_KEEP_PCT;
+        keep &= cl->trial_best[ip] * 100 <= cl->ref[ip] * ADAPT_KEEP_PCT;
     }
     keep &= compared;
     if (!keep)
@@ -128,12 +131,11 @@ static void trial_end(const direct_view_t *v, direct_adapt_t *ad, uint32_t c, in
          (size_t)(DIRECT_ADAPT_MIN_NBYTES / 1024) << ad->trial,
          ad->trial == DIRECT_ADAPT_CLASSES - 1 ? " and more" : " to twice that",
          path[keep ? ad->trial_path : was], path[ad->trial_path], us(cl->trial_best[0]),
-         us(cl->trial_best[1]), us(cl->best[was][0]), us(cl->best[was][1]),
+         us(cl->trial_best[1]), us(cl->ref[0]), us(cl->ref[1]),
          (long long)(cl->period_ns / 1000000));
-    /* Each path's least time from here on: the state they were timed in may be gone. */
-    for (int ip = 0; ip < 2; ip++) {
-        cl->best[was][ip] = INT64_MAX;
-        cl->best[!was][ip] = keep ? cl->trial_best[ip] : INT64_MAX;
+    for (int ip = 0; ip < 2; ip++) { /* the path's recent calls start again after a trial */
+        cl->nrecent[ip] = 0;
+        cl->ref[ip] = INT64_MAX;
         cl->trial_best[ip] = INT64_MAX;
     }
     cl->next_ns = now + cl->period_ns;
@@ -157,10 +159,13 @@ void direct_adapt_end(const direct_view_t *v, int k, int cma, int in_place, int6
     direct_adapt_class_t *cl = &ad->cls[k];
     int ip = in_place != 0;
     if (ad->trial == k && cma == ad->trial_path) {
+        for (int i = 0; cl->trial_calls == 0 && i < 2; i++) /* the last calls before it */
+            for (uint32_t j = 0; j < cl->nrecent[i] && j < DIRECT_ADAPT_RECENT; j++)
+                cl->ref[i] = cl->recent[i][j] < cl->ref[i] ? cl->recent[i][j] : cl->ref[i];
         cl->trial_best[ip] = ns < cl->trial_best[ip] ? ns : cl->trial_best[ip];
         cl->trial_calls++;
-    } else {
-        cl->best[cma][ip] = ns < cl->best[cma][ip] ? ns : cl->best[cma][ip];
+    } else if (cma == (ad->trial == k ? !ad->trial_path : (int)(ad->planned >> k & 1))) {
+        cl->recent[ip][cl->nrecent[ip]++ % DIRECT_ADAPT_RECENT] = ns;
         cl->since++;
     }
     if (ad->trial >= 0) {
