@@ -39,9 +39,8 @@
 #include "direct_win.h"
 
 #define ADAPT_WARM_CALLS 8 /* calls of a class on its path before a trial */
-#define ADAPT_TRIAL_CALLS                                                                          \
-    3 /* calls a trial times the other way (the first after a switch ran                           \
-       * up to 2x its later ones here) */
+/* Calls a trial times the other way: the first after a switch ran up to 2x the later ones here. */
+#define ADAPT_TRIAL_CALLS 3
 #define ADAPT_KEEP_PCT 92
 #define ADAPT_PERIOD_NS (200LL * 1000 * 1000)
 #define ADAPT_PERIOD_MAX_NS (3200LL * 1000 * 1000)
