@@ -232,6 +232,7 @@ typedef struct direct_adapt_class {
                      * INT64_MAX: none */
     int64_t trial_best[2]; /* [in place]: the trial's least time on the other path */
     int64_t next_ns; /* no trial before then */
+    int64_t busy_ns; /* the class's calls' time so far, up to the first trial's ADAPT_WARM_NS */
     int64_t period_ns; /* from one trial to the next: doubles after each the trial lost */
     uint32_t since; /* calls on the current path since the last trial */
     uint32_t trial_calls;

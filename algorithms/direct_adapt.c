@@ -10,14 +10,14 @@
  * (window.c, cma_pays) cannot say it for a job's life.
  *
  * Rank 0 decides, from its own call times: a synchronous all-gather returns on rank 0 once every
- * rank's part has arrived, so its time is the call's. Every ADAPT_PERIOD_NS or more (doubling,
- * up to ADAPT_PERIOD_MAX_NS, after each trial the other path lost) a size class runs
- * ADAPT_TRIAL_CALLS calls the other way; the other path is kept where its least time was at most
- * ADAPT_KEEP_PCT percent of the least of the current path's last DIRECT_ADAPT_RECENT calls before
- * them (neighbours in time: a path's times here ran at 27 us for some forty calls, then at 38-50
- * for the next forty, with nothing else running), compared for calls in place and out of place
- * apart (rank 0's own; the two cost differently: in place, cross-memory attach has no local copy
- * to make).
+ * rank's part has arrived, so its time is the call's. Once a size class's calls have taken
+ * ADAPT_WARM_NS, and then every ADAPT_PERIOD_NS or more (doubling, up to ADAPT_PERIOD_MAX_NS,
+ * after each trial the other path lost), the class runs ADAPT_TRIAL_CALLS calls the other way;
+ * the other path is kept where its least time was at most ADAPT_KEEP_PCT percent of the least of
+ * the current path's last DIRECT_ADAPT_RECENT calls before them (neighbours in time: a path's times
+ * here ran at 27 us for some forty calls, then at 38-50 for the next forty, with nothing else
+ * running), compared for calls in place and out of place apart (rank 0's own; the two cost
+ * differently: in place, cross-memory attach has no local copy to make).
  *
  * The plan travels in rank 0's header (cma_plan): the call it holds from and the classes that
  * read by cross-memory attach. Every rank counts the calls it applies to (the same calls on every
@@ -39,6 +39,12 @@
 #include "direct_win.h"
 
 #define ADAPT_WARM_CALLS 8 /* calls of a class on its path before a trial */
+/* A class's first trial waits until its calls have taken this long: a rank's first reads of a
+ * peer's pages by process_vm_readv cost about 25 of the window's calls here (2 ranks, 128 KiB a
+ * rank: 214 us, then 29, 15, 15, against 7.5-11 by the window; 8 MiB a rank: 12.9 ms against
+ * 0.6), which a job that calls it for long pays once, and a benchmark of 100 calls a size would
+ * pay in every size's time. */
+#define ADAPT_WARM_NS (100LL * 1000 * 1000)
 /* Calls a trial times the other way: the first after a switch ran up to 2x the later ones here. */
 #define ADAPT_TRIAL_CALLS 3
 #define ADAPT_KEEP_PCT 92
@@ -166,12 +172,14 @@ void direct_adapt_end(const direct_view_t *v, int k, int cma, int in_place, int6
     } else if (cma == (ad->trial == k ? !ad->trial_path : (int)(ad->planned >> k & 1))) {
         cl->recent[ip][cl->nrecent[ip]++ % DIRECT_ADAPT_RECENT] = ns;
         cl->since++;
+        cl->busy_ns += cl->busy_ns < ADAPT_WARM_NS ? ns : 0;
     }
     if (ad->trial >= 0) {
         trial_end(v, ad, c, now);
         return; /* one trial at a time, and one plan a call */
     }
-    if (cl->since < ADAPT_WARM_CALLS || now < cl->next_ns || (int32_t)(c - ad->plan_from) < 0)
+    if (cl->since < ADAPT_WARM_CALLS || cl->busy_ns < ADAPT_WARM_NS || now < cl->next_ns ||
+        (int32_t)(c - ad->plan_from) < 0)
         return;
     ad->trial = k;
     ad->trial_path = !(ad->planned >> k & 1);
