@@ -314,6 +314,11 @@ typedef struct direct_view {
     /* All-gathers of DIRECT_ADAPT_MIN_NBYTES a rank and more choose between the window and
      * cross-memory attach at run time (direct_adapt.c); NULL: cma_min_nbytes decides. */
     direct_adapt_t *cma_adapt;
+    /* Two-shot all-reduces of this many bytes and more, out of place, the count a multiple of
+     * the ranks (CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN), ask whether every rank's output is
+     * chorusMemAlloc memory; if so they run by push (direct.c allreduce_push). 0: never. */
+    size_t zc_arpush_min_nbytes;
+    uint64_t *zc_arpushed; /* all-reduces run so (tests look) */
 } direct_view_t;
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,

@@ -109,6 +109,62 @@ static int expose_both(const direct_view_t *v, const coll_args_t *a, size_t nbyt
            direct_zc_expose(v, a->recvbuff, nbytes, a->sendbuff, nbytes, oref);
 }
 
+/* Copy nbytes from src to dst in pieces of the window's size (glibc's memcpy then writes with
+ * `rep movsb` on the AMD VM: lines a peer has read are taken back at no extra cost). */
+static void copy_pieces(prims_t *p, const direct_view_t *v, char *dst, const char *src,
+                        size_t nbytes)
+{
+    for (size_t off = 0; off < nbytes; off += v->buf_nbytes)
+        p->ops->copy(dst + off, src + off,
+                     nbytes - off < v->buf_nbytes ? nbytes - off : v->buf_nbytes);
+}
+
+/*
+ * All-reduce by push, every rank's output chorusMemAlloc memory and apart from its input, the
+ * count a multiple of the ranks (a vote said so; parts all alike): part r of each output is
+ * rank r's. Each rank copies part j of its input into rank j's output at its own part's place
+ * (the others' parts of an output are free until their owners fill them), reduces its part from
+ * its input and what the others put in its output, in rank order, into its output, and copies
+ * that into the same place of every other output once its owner has reduced. No rank reads
+ * another's input or output, so no owner's next write takes lines back from a peer's cache, and
+ * no window buffer is copied in or out: per rank, 2 (n - 1) / n of the data copied and 1 / n
+ * reduced, where two-shot through the window copies 1 + (n - 1) / n and reduces 1 / n.
+ *   piece s1: ready = where its output lies; then the parts of its input pushed to their owners
+ *   piece s2: ready = pushed; reduced = its part reduced (its output's other parts read); done =
+ *             its part pushed into every output. It returns when every rank's done is s2.
+ */
+static chorusResult_t allreduce_push(prims_t *p, const direct_view_t *v, const coll_args_t *a,
+                                     const mem_ref_t *oref)
+{
+    int n = v->nranks, me = v->rank;
+    size_t es = p->esize, plen = a->count / (size_t)n, pbytes = plen * es;
+    const char *in = a->sendbuff;
+    char *out = a->recvbuff, *dst[DIRECT_MAX_RANKS], *srcs[DIRECT_MAX_RANKS];
+    uint64_t s1, s2;
+    CHECK(direct_piece_begin(p, v, &s1, 2, 0));
+    direct_publish_ready(v, s1, oref, 0);
+    for (int k = 1; k < n; k++) {
+        int r = (me + k) % n;
+        CHECK(direct_wait_flag(p, v, r, OFF_READY(s1), s1, "direct window ready flag"));
+        CHECK(direct_out_of(v, r, &hdr(v, r)->ready[s1 & 1], (size_t)me * pbytes, pbytes, &dst[r]));
+        copy_pieces(p, v, dst[r], in + (size_t)r * pbytes, pbytes);
+    }
+    CHECK(direct_piece_begin(p, v, &s2, 2, 0));
+    direct_slot_ready(v, s2);
+    CHECK(direct_wait_all(p, v, OFF_READY(s2), s2, "direct window ready flag"));
+    for (int r = 0; r < n; r++)
+        srcs[r] = (char *)(r == me ? in : out) + (size_t)r * pbytes;
+    direct_reduce_list(p, out + (size_t)me * pbytes, srcs, n, plen);
+    fifo_set_flag(&hdr(v, me)->reduced, s2);
+    for (int k = 1; k < n; k++) {
+        int r = (me + k) % n;
+        CHECK(direct_wait_flag(p, v, r, OFF_REDUCED, s2, "direct window reduced flag"));
+        copy_pieces(p, v, dst[r], out + (size_t)me * pbytes, pbytes);
+    }
+    direct_piece_done(v, s2, 0);
+    return direct_zc_release(p, v, s2);
+}
+
 /* zc_out (two-shot only): the ranks agreed (direct_zc_vote) that each reduces its part
  * straight into its output and the others copy it from there. Otherwise every input is copied
  * into the window, chorusMemAlloc memory or not (direct_view_t.zc_min_nbytes says why). */
@@ -118,6 +174,19 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
     size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
     const char *in = a->sendbuff;
     mem_ref_t zref, oref;
+    /* The vote's question depends only on what every rank shares (the size, the settings). */
+    if (twoshot && !zc_out && v->zc_find != NULL && v->zc_arpush_min_nbytes != 0 &&
+        nbytes >= v->zc_arpush_min_nbytes && a->count % (size_t)v->nranks == 0) {
+        int mine =
+            v->zc_find(a->recvbuff, nbytes, &oref) &&
+            ((const char *)a->recvbuff >= in + nbytes || (const char *)a->recvbuff + nbytes <= in);
+        int all = 0;
+        CHECK(direct_vote(p, v, -1, mine, &all));
+        if (all) {
+            (*v->zc_arpushed)++;
+            return allreduce_push(p, v, a, &oref);
+        }
+    }
     int zc = twoshot && zc_out && expose_both(v, a, nbytes, &zref, &oref);
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {

@@ -120,6 +120,9 @@ struct chorusComm {
     int64_t zc_allgather_min; /* direct all-gathers this big (output) vote to push into
                                * chorusMemAlloc outputs: CHORUS_ZCOPY_ALLGATHER_MIN; 0 (never)
                                * when the machine's ranks outnumber its cores, unless set */
+    int64_t zc_arpush_min; /* direct two-shot all-reduces this big vote to push into
+                            * chorusMemAlloc outputs: CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN; 0 (never)
+                            * when the machine's ranks outnumber its cores, unless set */
     int64_t alltoall_direct_max; /* all-to-alls of up to this many bytes a rank run direct
                                   * (enqueue.c): CHORUS_ALLTOALL_DIRECT_MAX, or ALLTOALL_OVER_MAX
                                   * where the machine's ranks outnumber its cores, unless set */
@@ -146,6 +149,7 @@ struct chorusComm {
     uint64_t zc_clock;
     uint64_t zc_reads; /* pieces read in place from peers' chorusMemAlloc memory (direct.c) */
     uint64_t zc_pushes; /* inputs written straight into peers' chorusMemAlloc outputs (direct.c) */
+    uint64_t zc_allreduce_pushed; /* all-reduces run by push (direct.c; tests look) */
     uint64_t cma_reads; /* peers' inputs read where they lie with process_vm_readv (direct.c) */
     uint64_t cma_cookie; /* read by the peers at window setup: may they read this process? */
     int64_t cma_adapt; /* CHORUS_CMA_ADAPT as taken: 0 where CHORUS_CMA_MIN is set, and

@@ -176,6 +176,7 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
                                         "CHORUS_ZCOPY_BROADCAST_MIN",
                                         "CHORUS_ZCOPY_REDUCESCATTER_MIN",
                                         "CHORUS_ZCOPY_ALLGATHER_MIN",
+                                        "CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN",
                                         "CHORUS_ALLTOALL_DIRECT_MAX",
                                         "CHORUS_CMA_MIN",
                                         "CHORUS_CMA_ADAPT"};
@@ -190,9 +191,10 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
     mine[3] = comm->zc_broadcast_min;
     mine[4] = comm->zc_reducescatter_min;
     mine[5] = comm->zc_allgather_min;
-    mine[6] = comm->alltoall_direct_max;
-    mine[7] = comm->params.cma_min;
-    mine[8] = comm->cma_adapt;
+    mine[6] = comm->zc_arpush_min;
+    mine[7] = comm->alltoall_direct_max;
+    mine[8] = comm->params.cma_min;
+    mine[9] = comm->cma_adapt;
     chorusResult_t res = boot_allgather(comm->boot, all, N * sizeof(int64_t));
     for (int r = 1; res == chorusSuccess && r < comm->nranks; r++)
         for (int k = 0; k < N; k++)
@@ -202,7 +204,7 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
                           "its default%s): the one-host algorithms' settings must be the same on "
                           "every rank; export it alike to all (mpirun -x %s) or unset it on all",
                           names[k], (long long)all[(size_t)N * r + k], r, (long long)all[k],
-                          k == 8 ? "; 0 where CHORUS_CMA_MIN is set" : "", names[k]);
+                          k == 9 ? "; 0 where CHORUS_CMA_MIN is set" : "", names[k]);
                 break;
             }
     free(all);
@@ -475,6 +477,8 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     comm->zc_reducescatter_min = zc_floor(pa->zcopy_reducescatter_min, pa->zcopy_min);
     comm->zc_allgather_min =
         unless_set("CHORUS_ZCOPY_ALLGATHER_MIN", pa->zcopy_allgather_min, over, 0);
+    comm->zc_arpush_min =
+        unless_set("CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN", pa->zcopy_allreduce_push_min, over, 0);
     comm->alltoall_direct_max =
         unless_set("CHORUS_ALLTOALL_DIRECT_MAX", pa->alltoall_direct_max, over, ALLTOALL_OVER_MAX);
     comm->cma_adapt = params_raw("CHORUS_CMA_MIN") == NULL

@@ -91,6 +91,13 @@ static const param_def_t param_table[] = {
      "every rank's output (no rank reads another's input, so none need take lines back before "
      "its next write); 0: never (the default when ranks outnumber cores: the flag round costs "
      "a hand-over)"},
+    {"CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN", PT_BYTES, "256K", 0, BIG, OFF(zcopy_allreduce_push_min),
+     "one-host two-shot all-reduces of at least this many bytes, out of place, the count a "
+     "multiple of the ranks, where every rank's output is chorusMemAlloc memory (a flag round "
+     "asks), push: each rank copies its input's parts into their owners' outputs, reduces its "
+     "own part there and copies it into every output (no rank reads another's buffers, no "
+     "window copy); 0: never (the default when ranks outnumber cores: the flag round costs a "
+     "hand-over)"},
     {"CHORUS_ALLTOALL_DIRECT_MAX", PT_BYTES, "0", 0, BIG, OFF(alltoall_direct_max),
      "one-host all-to-alls of at most this many bytes a rank (its whole input) run through the "
      "node-local windows instead of send/recv; 0: never (the default, unless ranks outnumber "

@@ -35,6 +35,7 @@ typedef struct params {
     int64_t zcopy_broadcast_min; /* CHORUS_ZCOPY_BROADCAST_MIN: the same for broadcast (direct) */
     int64_t zcopy_reducescatter_min; /* CHORUS_ZCOPY_REDUCESCATTER_MIN: and reduce-scatter */
     int64_t zcopy_allgather_min; /* CHORUS_ZCOPY_ALLGATHER_MIN: all-gathers push into outputs */
+    int64_t zcopy_allreduce_push_min; /* CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN: and all-reduces */
     int64_t alltoall_direct_max; /* CHORUS_ALLTOALL_DIRECT_MAX: all-to-alls up to this many bytes
                                   * a rank go through the direct windows; 0: never */
     int64_t cma_min; /* CHORUS_CMA_MIN: all-gathers read peers' inputs with process_vm_readv from

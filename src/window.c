@@ -548,7 +548,9 @@ out:
         : comm->params.cma_min > CMA_BCAST_MIN_NBYTES            ? (size_t)comm->params.cma_min
                                                                  : CMA_BCAST_MIN_NBYTES,
         &comm->cma_reads,
-        (all & 4) && comm->cma_adapt ? &comm->cma_plan : NULL};
+        (all & 4) && comm->cma_adapt ? &comm->cma_plan : NULL,
+        (size_t)comm->zc_arpush_min,
+        &comm->zc_allreduce_pushed};
     if (comm->win_view.cma_adapt != NULL)
         direct_adapt_init(&comm->cma_plan, cma_pays_all, comm->cma_adapt == 2);
     /* Balance only where this window's ranks are all the machine's, and they outnumber its

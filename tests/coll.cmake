@@ -204,8 +204,10 @@ chorus_add_test(NAME coll_cma_adapt_threads_2 TIMEOUT 300
 # CHORUS_ZCOPY_MIN, the tuner free: chorusMemAlloc buffers on every rank (all: the out-of-place
 # all-reduces the tuner gives the ring must win and run two-shot with results read from the
 # outputs; broadcasts and out-of-place reduce-scatters must win; all-gathers must push into the
-# outputs) or on even ranks only (even: every all-reduce, reduce-scatter and all-gather vote must
-# lose, and the ring or the window runs; broadcasts from even roots win, from odd ones lose). 64 KiB window buffers: 140000 elements cross many pieces. 4 processes
+# outputs; at 2 ranks the two-shot all-reduces, 140000 elements, must run by push,
+# allreduce_push) or on even ranks only (even: every all-reduce, reduce-scatter and all-gather
+# vote must lose, and the ring or the window runs; broadcasts from even roots win, from odd ones
+# lose). 64 KiB window buffers: 140000 elements cross many pieces. 4 processes
 # on 2 cores broadcast direct at every size (the tuner, src/tuning.c), so no broadcast asks
 # there: the broadcast votes run at 2 processes.
 foreach(mode all even)
@@ -234,8 +236,33 @@ foreach(mode all even)
               -x CHORUS_ZCOPY_ALLREDUCE_MIN=4096 -x CHORUS_ZCOPY_BROADCAST_MIN=4096
               -x CHORUS_ZCOPY_REDUCESCATTER_MIN=4096 -x CHORUS_ZCOPY_MIN=4096
               -x CHORUS_DIRECT_BUFFSIZE=65536 -x CHORUS_ZCOPY_ALLGATHER_MIN=4096
+              -x CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN=4096
               $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode}
-              --zc-broadcast won --zc-allgather ${vote})
+              --zc-broadcast won --zc-allgather ${vote} --zc-allreduce-push ${vote})
+  endif()
+endforeach()
+
+# All-reduces by push (direct.c allreduce_push) at 3 and 4 ranks, where the tuner gives these
+# sizes the ring: two-shot forced, 1032 and 140000 (140001 at 3) elements, a multiple of the
+# ranks, from 4 KiB, chorusMemAlloc buffers on every rank (some must run by push) or on even
+# ranks only (none may; two-shot through the window then).
+foreach(mode all even)
+  if(mode STREQUAL "all")
+    set(vote won)
+  else()
+    set(vote lost)
+  endif()
+  chorus_add_test(NAME coll_allreduce_push_${mode}_threads_3 TIMEOUT 300
+    COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,1032,140001
+            --memalloc ${mode} --zc-allreduce-push ${vote}
+    ENV CHORUS_ALGO=twoshot CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN=4096 CHORUS_ZCOPY_MIN=4096)
+  if(MPI_C_FOUND)
+    chorus_add_test(NAME coll_allreduce_push_${mode}_mpi_4 TIMEOUT 300
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 4
+              -x CHORUS_ALGO=twoshot -x CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN=4096
+              -x CHORUS_ZCOPY_MIN=4096
+              $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1032,140000 --memalloc ${mode}
+              --zc-allreduce-push ${vote})
   endif()
 endforeach()
 

@@ -202,6 +202,7 @@ typedef struct ctx {
     long zc_bcast_won; /* broadcasts run direct zero-copy after a won vote */
     long zc_rs_won; /* reduce-scatters run direct zero-copy after a won vote */
     long zc_pushes; /* inputs this rank wrote into peers' outputs (all-gather push) */
+    long zc_ar_pushed; /* all-reduces this rank ran by push */
     long cma_reads; /* peers' inputs this rank read by cross-memory attach */
     long cma_on; /* 1: this rank's communicator has cross-memory attach on */
     long cma_adapt; /* 1: its all-gathers choose their path at run time (CHORUS_CMA_ADAPT) */
@@ -262,6 +263,8 @@ static int zc_bcast_vote;
 static int zc_rs_vote = -1;
 /* --zc-allgather: 1 some all-gather must push into the peers' outputs, 0 none may. */
 static int zc_ag_vote = -1;
+/* --zc-allreduce-push: 1 some all-reduce must run by push, 0 none may. */
+static int zc_arp_vote = -1;
 
 static char *alloc_buf(int rank, size_t nbytes)
 {
@@ -509,6 +512,7 @@ static void run_matrix(ctx_t *c)
     c->zc_bcast_won = (long)c->comm->zc_broadcast_won;
     c->zc_rs_won = (long)c->comm->zc_reducescatter_won;
     c->zc_pushes = (long)c->comm->zc_pushes;
+    c->zc_ar_pushed = (long)c->comm->zc_allreduce_pushed;
     c->cma_reads = (long)c->comm->cma_reads;
     c->cma_on = c->comm->win_view.cma_read != NULL;
     c->cma_adapt = c->comm->win_view.cma_adapt != NULL;
@@ -540,7 +544,7 @@ static void *thread_main(void *arg)
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
 static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
                     long *rswon_p, long *push_p, long *cma_p, long *cma_on_p, long adapt_p[3],
-                    int *me_p)
+                    long *arpush_p, int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -559,10 +563,10 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[9] = {c.failures,  c.checks,    c.zc_reads, c.zc_won,   c.zc_bcast_won,
-                       c.zc_rs_won, c.cma_reads, c.cma_on,   c.zc_pushes};
+    int64_t sums[10] = {c.failures,  c.checks,    c.zc_reads, c.zc_won,    c.zc_bcast_won,
+                        c.zc_rs_won, c.cma_reads, c.cma_on,   c.zc_pushes, c.zc_ar_pushed};
     int64_t adapt[3] = {c.cma_adapt, -c.cma_switches, c.cma_switches}; /* sum, -min, max */
-    if (call_ok(&c, chorusAllReduce(sums, sums, 9, chorusInt64, chorusSum, comm, NULL),
+    if (call_ok(&c, chorusAllReduce(sums, sums, 10, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts") &&
         call_ok(&c, chorusAllReduce(adapt, adapt, 1, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the all-gather plans") &&
@@ -580,6 +584,7 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
         *cma_p = (long)sums[6];
         *cma_on_p = (long)sums[7];
         *push_p = (long)sums[8];
+        *arpush_p = (long)sums[9];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -628,6 +633,9 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--zc-allgather") == 0 && i + 1 < argc &&
                  (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
             zc_ag_vote = strcmp(argv[++i], "won") == 0;
+        else if (strcmp(argv[i], "--zc-allreduce-push") == 0 && i + 1 < argc &&
+                 (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
+            zc_arp_vote = strcmp(argv[++i], "won") == 0;
         else if (strcmp(argv[i], "--zc-broadcast") == 0 && i + 1 < argc &&
                  strcmp(argv[i + 1], "won") == 0) {
             zc_bcast_vote = 1;
@@ -648,6 +656,7 @@ int main(int argc, char **argv)
                 "usage: %s [--threads N | --env] [--counts a,b,...] [--quick-large]\n"
                 "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
                 "          [--zc-reducescatter won|lost] [--zc-allgather won|lost]\n"
+                "          [--zc-allreduce-push won|lost]\n"
                 "          [--cma on|off|auto|adapt] [--driver PATH]\n"
                 "  --threads N  N ranks as threads of this process\n"
                 "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
@@ -659,6 +668,8 @@ int main(int argc, char **argv)
                 "  --zc-reducescatter  as --zc-allreduce, for reduce-scatter\n"
                 "  --zc-allgather  fails unless some all-gather wrote straight into the peers'\n"
                 "               outputs (none did; CHORUS_ZCOPY_ALLGATHER_MIN)\n"
+                "  --zc-allreduce-push  fails unless some all-reduce ran by push into the\n"
+                "               outputs (none did; CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN)\n"
                 "  --cma on|off fails unless some rank read a peer's input by cross-memory\n"
                 "               attach (on), or if one did (off); auto: every rank's\n"
                 "               communicator agreed on it (on: some rank read by it; off:\n"
@@ -685,7 +696,7 @@ int main(int argc, char **argv)
     }
 #endif
     long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0, zc_rs_won = 0,
-         zc_pushes = 0, cma_reads = 0, cma_on = 0;
+         zc_pushes = 0, cma_reads = 0, cma_on = 0, zc_ar_pushed = 0;
     long adapt[3] = {0, LONG_MAX, 0}; /* ranks choosing all-gather paths; least, most switches */
     int me = 0;
     if (threads > 0) {
@@ -712,6 +723,7 @@ int main(int argc, char **argv)
             zc_bcast_won += ctx[i].zc_bcast_won;
             zc_rs_won += ctx[i].zc_rs_won;
             zc_pushes += ctx[i].zc_pushes;
+            zc_ar_pushed += ctx[i].zc_ar_pushed;
             cma_reads += ctx[i].cma_reads;
             cma_on += ctx[i].cma_on;
             adapt[0] += ctx[i].cma_adapt;
@@ -724,7 +736,7 @@ int main(int argc, char **argv)
         free(comms_g);
     } else if (env) {
         if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &zc_pushes,
-                     &cma_reads, &cma_on, adapt, &me) != 0)
+                     &cma_reads, &cma_on, adapt, &zc_ar_pushed, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -782,6 +794,7 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.zc_bcast_won, &zc_bcast_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_rs_won, &zc_rs_won, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_pushes, &zc_pushes, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.zc_ar_pushed, &zc_ar_pushed, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_reads, &cma_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_on, &cma_on, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_adapt, &adapt[0], 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -797,6 +810,7 @@ int main(int argc, char **argv)
     failures += vote_failed(me, "broadcast", zc_bcast_vote ? 1 : -1, zc_bcast_won);
     failures += vote_failed(me, "reducescatter", zc_rs_vote, zc_rs_won);
     failures += vote_failed(me, "allgather", zc_ag_vote, zc_pushes);
+    failures += vote_failed(me, "allreduce-push", zc_arp_vote, zc_ar_pushed);
     /* --zc-allreduce lost: the ring's fallback is the point; other calls need not read in place */
     if (cma_mode == 2 && nranks_g > 1 &&
         ((cma_on != 0 && cma_on != nranks_g) || (cma_on != 0) != (cma_reads != 0))) {
@@ -851,6 +865,8 @@ int main(int argc, char **argv)
                    zc_won, zc_bcast_won, zc_rs_won);
         if (zc_ag_vote >= 0)
             printf(", %ld inputs pushed into peers' outputs", zc_pushes);
+        if (zc_arp_vote >= 0)
+            printf(", %ld all-reduces by push", zc_ar_pushed);
         printf("\n");
     }
     return failures ? 1 : 0;

@@ -7,7 +7,8 @@
 # set against unset where it allows all: the zero-copy votes run only where it is unset, and an
 # invalid value on one rank), an invalid CHORUS_PROTO on one rank (it failed alone, after the
 # rings), CHORUS_ZCOPY_ALLREDUCE_MIN, CHORUS_ZCOPY_MIN (set on one rank against its default:
-# slotted pieces depend on it), CHORUS_ZCOPY_ALLGATHER_MIN (the all-gather's vote),
+# slotted pieces depend on it), CHORUS_ZCOPY_ALLGATHER_MIN and CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN
+# (the all-gather's and the two-shot all-reduce's push votes),
 # CHORUS_ALLTOALL_DIRECT_MAX and CHORUS_CMA_ADAPT (rank 0's plans for all-gathers: also where
 # CHORUS_CMA_MIN is set on one rank only, at its default, which turns it off there); and that
 # settings equal as taken still run (CHORUS_ALGO's list in another order; CHORUS_ZCOPY=1 and
@@ -75,6 +76,7 @@ refused CHORUS_PROTO - CHORUS_PROTO=LL
 refused CHORUS_ZCOPY_ALLREDUCE_MIN CHORUS_ZCOPY_ALLREDUCE_MIN=0 CHORUS_ZCOPY_ALLREDUCE_MIN=1M
 refused CHORUS_ZCOPY_MIN CHORUS_ZCOPY_MIN=512K -
 refused CHORUS_ZCOPY_ALLGATHER_MIN CHORUS_ZCOPY_ALLGATHER_MIN=0 -
+refused CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN - CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN=1M
 refused CHORUS_ALLTOALL_DIRECT_MAX CHORUS_ALLTOALL_DIRECT_MAX=0 CHORUS_ALLTOALL_DIRECT_MAX=1G
 refused CHORUS_CMA_ADAPT CHORUS_CMA_ADAPT=0 -
 refused CHORUS_CMA_ADAPT - CHORUS_CMA_MIN=16K
