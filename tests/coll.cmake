@@ -240,18 +240,9 @@ foreach(mode all even)
               $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --memalloc ${mode}
               --zc-broadcast won --zc-allgather ${vote} --zc-allreduce-push ${vote})
   endif()
-endforeach()
-
-# All-reduces by push (direct.c allreduce_push) at 3 and 4 ranks, where the tuner gives these
-# sizes the ring: two-shot forced, 1032 and 140000 (140001 at 3) elements, a multiple of the
-# ranks, from 4 KiB, chorusMemAlloc buffers on every rank (some must run by push) or on even
-# ranks only (none may; two-shot through the window then).
-foreach(mode all even)
-  if(mode STREQUAL "all")
-    set(vote won)
-  else()
-    set(vote lost)
-  endif()
+  # All-reduces by push at 3 and 4 ranks, where the tuner gives these sizes the ring: two-shot
+  # forced, 1032 and 140000 (140001 at 3) elements, a multiple of the ranks, from 4 KiB (all:
+  # some must run by push; even: none may, two-shot through the window then).
   chorus_add_test(NAME coll_allreduce_push_${mode}_threads_3 TIMEOUT 300
     COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,1032,140001
             --memalloc ${mode} --zc-allreduce-push ${vote}
