@@ -297,7 +297,7 @@ typedef struct direct_view {
      * whether every rank's output is chorusMemAlloc memory; if so each rank writes its input
      * into every output (direct.c allgather_push). 0: never. */
     size_t zc_push_min_nbytes;
-    uint64_t *zc_pushes; /* inputs this rank has written into peers' outputs (tests look) */
+    uint64_t *zc_pushes; /* all-gather inputs this rank has written into peers' outputs */
     direct_gate_t *gate; /* NULL: waits yield whenever their spin is over */
     size_t stream_win_nbytes; /* all-gather pieces from this size go into the window with
                                * streaming stores; 0: never */

@@ -439,6 +439,7 @@ static chorusResult_t allgather_push(prims_t *p, const direct_view_t *v, const c
         if (r != me) {
             CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
             CHECK(direct_out_of(v, r, &hdr(v, r)->ready[s & 1], (size_t)me * nbytes, nbytes, &dst));
+            (*v->zc_pushes)++;
         }
         for (size_t off = 0; dst != in && off < nbytes; off += piece)
             p->ops->copy(dst + off, in + off, nbytes - off < piece ? nbytes - off : piece);

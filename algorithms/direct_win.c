@@ -653,8 +653,7 @@ chorusResult_t direct_out_of(const direct_view_t *v, int r, const fifo_flag_t *f
     CHECK(map_ref(v, r, f, skip, nbytes, dst));
     if (*dst == NULL)
         return ERR(chorusInternalError, SUB_COLL,
-                   "rank %d voted to take all-gather data into its output but published none", r);
-    (*v->zc_pushes)++;
+                   "rank %d voted to take pushed data into its output but published none", r);
     return chorusSuccess;
 }
 

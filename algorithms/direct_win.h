@@ -158,8 +158,8 @@ chorusResult_t direct_zc_release(prims_t *p, const direct_view_t *v, uint64_t s)
 chorusResult_t direct_ref_of(const direct_view_t *v, int r, const fifo_flag_t *f, size_t skip,
                              size_t nbytes, const char **src);
 /* Rank r's output named by the ref in the payload of its flag f, nbytes of it from skip bytes
- * on, mapped writable here (all-gather push); an error when there is none or it cannot be
- * mapped. */
+ * on, mapped writable here (all-gather and all-reduce push); an error when there is none or it
+ * cannot be mapped. */
 chorusResult_t direct_out_of(const direct_view_t *v, int r, const fifo_flag_t *f, size_t skip,
                              size_t nbytes, char **dst);
 /* Set this rank's ready flag of piece s, its payload naming ref's data + off bytes (ref NULL:
