@@ -320,8 +320,8 @@ static int call_ok(ctx_t *c, chorusResult_t res, const char *what)
 
 #ifndef WITH_DEVBUF
 /* --cma adapt: AG_BURST all-gathers back to back, nothing between them (each into its own
- * output, checked after the last), of three sizes in turn (int32, the largest two pieces of the
- * window), in place every other three, each call's values its own: where a plan for a path
+ * output, checked after the last), of three sizes in turn (int32; the largest takes two pieces of
+ * the window), in place every other three, each call's values its own: where a plan for a path
  * reached some rank a call late, that call's parts would come from the wrong place, or the ranks
  * would wait for each other's flags until the timeout. */
 #define AG_BURST 60
