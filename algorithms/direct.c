@@ -428,7 +428,7 @@ static chorusResult_t allgather_push(prims_t *p, const direct_view_t *v, const c
                                      const mem_ref_t *oref)
 {
     int n = v->nranks, me = v->rank;
-    size_t nbytes = a->count * p->esize, piece = v->buf_nbytes;
+    size_t nbytes = a->count * p->esize;
     const char *in = a->sendbuff;
     uint64_t s;
     CHECK(direct_piece_begin(p, v, &s, 2, 0));
@@ -441,8 +441,8 @@ static chorusResult_t allgather_push(prims_t *p, const direct_view_t *v, const c
             CHECK(direct_out_of(v, r, &hdr(v, r)->ready[s & 1], (size_t)me * nbytes, nbytes, &dst));
             (*v->zc_pushes)++;
         }
-        for (size_t off = 0; dst != in && off < nbytes; off += piece)
-            p->ops->copy(dst + off, in + off, nbytes - off < piece ? nbytes - off : piece);
+        if (dst != in)
+            copy_pieces(p, v, dst, in, nbytes);
     }
     direct_piece_done(v, s, 0);
     return direct_zc_release(p, v, s);

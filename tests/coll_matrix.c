@@ -266,6 +266,16 @@ static int zc_ag_vote = -1;
 /* --zc-allreduce-push: 1 some all-reduce must run by push, 0 none may. */
 static int zc_arp_vote = -1;
 
+/* argv[*i] is name followed by won or lost: *vote 1 or 0, *i past both, and 1; else 0. */
+static int won_lost_arg(int argc, char **argv, int *i, const char *name, int *vote)
+{
+    if (strcmp(argv[*i], name) != 0 || *i + 1 >= argc ||
+        (strcmp(argv[*i + 1], "won") != 0 && strcmp(argv[*i + 1], "lost") != 0))
+        return 0;
+    *vote = strcmp(argv[++*i], "won") == 0;
+    return 1;
+}
+
 static char *alloc_buf(int rank, size_t nbytes)
 {
     void *p = NULL;
@@ -624,20 +634,13 @@ int main(int argc, char **argv)
             parse_counts(argv[++i]);
         else if (strcmp(argv[i], "--quick-large") == 0)
             quick = 1;
-        else if (strcmp(argv[i], "--zc-allreduce") == 0 && i + 1 < argc &&
-                 (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
-            zc_vote = strcmp(argv[++i], "won") == 0;
-        else if (strcmp(argv[i], "--zc-reducescatter") == 0 && i + 1 < argc &&
-                 (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
-            zc_rs_vote = strcmp(argv[++i], "won") == 0;
-        else if (strcmp(argv[i], "--zc-allgather") == 0 && i + 1 < argc &&
-                 (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
-            zc_ag_vote = strcmp(argv[++i], "won") == 0;
-        else if (strcmp(argv[i], "--zc-allreduce-push") == 0 && i + 1 < argc &&
-                 (strcmp(argv[i + 1], "won") == 0 || strcmp(argv[i + 1], "lost") == 0))
-            zc_arp_vote = strcmp(argv[++i], "won") == 0;
-        else if (strcmp(argv[i], "--zc-broadcast") == 0 && i + 1 < argc &&
-                 strcmp(argv[i + 1], "won") == 0) {
+        else if (won_lost_arg(argc, argv, &i, "--zc-allreduce", &zc_vote) ||
+                 won_lost_arg(argc, argv, &i, "--zc-reducescatter", &zc_rs_vote) ||
+                 won_lost_arg(argc, argv, &i, "--zc-allgather", &zc_ag_vote) ||
+                 won_lost_arg(argc, argv, &i, "--zc-allreduce-push", &zc_arp_vote)) {
+            /* taken */
+        } else if (strcmp(argv[i], "--zc-broadcast") == 0 && i + 1 < argc &&
+                   strcmp(argv[i + 1], "won") == 0) {
             zc_bcast_vote = 1;
             i++;
         } else if (strcmp(argv[i], "--cma") == 0 && i + 1 < argc &&
