@@ -36,6 +36,7 @@
 
 #include "comm.h"
 #include "debug.h"
+#include "memops.h"
 
 #define WINDOW_NAME_BYTES 64
 #define WINDOW_TAG 0x77696e /* "win": the name's tag field */
@@ -248,7 +249,7 @@ static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p)
  * first only warms (a rank's first read of a page by process_vm_readv cost 90-500 us a piece
  * here against 5-11 later, and the first copy after a bootstrap exchange 60-80 against 3). */
 #define CMA_PAYS_CHUNK (64 * 1024)
-#define CMA_PAYS_ROUNDS 4
+#define CMA_PAYS_ROUNDS 9
 
 /* The rank whose memory this rank times cross-memory attach on: the next one in another process
  * (-1: none, all are threads of this one). */
@@ -260,23 +261,30 @@ static int cma_peer(chorusComm_t comm)
     return -1;
 }
 
-/* Does process_vm_readv of a peer's fresh data cost less than the window's way of moving it,
- * the writer's copy in (from its cache) and the reader's copy out of the writer's fresh lines?
- * Rounds, every rank in each (all_agree: no rank reads before every owner wrote): each owner
- * writes its window's last piece and a piece of its private memory (card's cma_buf), so their
- * lines are fresh in its cache; then this rank copies rank r's window piece by memcpy and reads
- * its private piece by process_vm_readv. The least of each over the rounds after the first, and
- * a window piece copied again (now in this cache: the writer's copy), go to INFO. *pays_p: 1 where
- * the kernel's copy wins, or where this rank times nothing (timed 0, no peer, no memory). Every
- * rank calls it, or none (the rounds are exchanges).
+/* Does an all-gather's piece cost a rank less by cross-memory attach than through the window?
+ * Each way is timed as direct.c runs it, on a 64 KiB piece. The window's: the rank's input into
+ * its own output and into its window (copy_dup, streaming where direct.c streams: 64 KiB is
+ * STREAM_WIN_NBYTES), over lines a peer read the round before, then a peer's fresh window piece
+ * copied out. Cross-memory attach's: the input into the output, then the peer's fresh input read
+ * by process_vm_readv. Every rank runs the rounds (all_agree: no owner writes before every
+ * reader is done, and no rank reads before every owner wrote); each owner writes its input
+ * (cma_buf) again first, as a job does between calls. Each rank's least of each way over the
+ * rounds after the first goes to INFO and to the others; *pays_p, alike on every rank: 1 where
+ * the kernel's way's least over the ranks that timed is the less, or where none timed (timed 0,
+ * no peer, no memory); 0 where some rank could not read. Every rank calls it, or none (the
+ * rounds are exchanges). bufs: 2 x CMA_PAYS_CHUNK of this rank's memory (an output and a copy's
+ * target).
  *
  * Measured where it was added (AMD EPYC VM, kernel with page-table isolation), 2 and 4 ranks:
  * 64 KiB by process_vm_readv 7.3-15 us, against 0.8-2.4 by memcpy plus 0.7-1.5 in cache; the
  * 2-rank all-gather of 8 MiB took 437-530 us by cross-memory attach against 284-288 through the
- * window (Open MPI 373-462). On the Intel VM before it the kernel's copy won (2-rank all-gather of
- * 128 KiB, 6.0 us against 16.1). */
+ * window (Open MPI 373-462). On an Intel VM (2026-12-07, Xeon with AVX-512, KVM) the window's
+ * write over lines a peer had just read cost 5.5-8 us a 64 KiB piece against 1.1 for a private
+ * one (take_back), which the timing before this one left out (it timed the writer's copy in
+ * cache): it chose the window, and the 2-rank all-gather of 128 KiB took 13.6 us through it
+ * against 4.8 by cross-memory attach (Open MPI 5.5). */
 static chorusResult_t cma_pays(chorusComm_t comm, const window_card_t *cards, char *cma_buf,
-                               char *scratch, size_t map_nbytes, int timed, int *pays_p)
+                               char *bufs, size_t map_nbytes, int timed, int *pays_p)
 {
     int me = comm->rank, r = cma_peer(comm);
     *pays_p = 1;
@@ -285,49 +293,88 @@ static chorusResult_t cma_pays(chorusComm_t comm, const window_card_t *cards, ch
     timed = timed && r >= 0 && cma_buf != NULL && cards[r].cma_buf != 0;
     char *mine = comm->win_base[me] + map_nbytes - CMA_PAYS_CHUNK;
     const char *win = timed ? comm->win_base[r] + map_nbytes - CMA_PAYS_CHUNK : NULL;
-    int64_t copy_ns = INT64_MAX, cma_ns = INT64_MAX, cached_ns = INT64_MAX;
+    char *out = bufs, *scratch = bufs != NULL ? bufs + CMA_PAYS_CHUNK : NULL;
+    int stream = !comm->over && CMA_PAYS_CHUNK >= STREAM_WIN_NBYTES;
+    int64_t win_ns = INT64_MAX, cma_ns = INT64_MAX;
+    int failed = 0;
     for (int round = 0; round < CMA_PAYS_ROUNDS; round++) {
-        memset(mine, 0, CMA_PAYS_CHUNK); /* the window's data is zero until a call writes it */
-        if (cma_buf != NULL)
-            memset(cma_buf, round, CMA_PAYS_CHUNK);
         int ignored;
+        CHECK(all_agree(comm, 1, &ignored));
+        int64_t t0 = 0, t1 = 0;
+        if (cma_buf != NULL && out != NULL) {
+            memset(cma_buf, round + 1, CMA_PAYS_CHUNK);
+            t0 = fifo_now_ns();
+            if (stream) {
+                host_memops.copy_dup(out, mine, cma_buf, CMA_PAYS_CHUNK);
+            } else {
+                memcpy(out, cma_buf, CMA_PAYS_CHUNK);
+                memcpy(mine, cma_buf, CMA_PAYS_CHUNK);
+            }
+            t1 = fifo_now_ns();
+        } else {
+            memset(mine, round + 1, CMA_PAYS_CHUNK);
+        }
         CHECK(all_agree(comm, 1, &ignored));
         if (!timed)
             continue;
-        int64_t t0 = fifo_now_ns();
+        int64_t t2 = fifo_now_ns();
         memcpy(scratch, win, CMA_PAYS_CHUNK);
         __asm__ volatile("" : : "r"(scratch) : "memory");
-        int64_t t1 = fifo_now_ns();
+        int64_t t3 = fifo_now_ns();
+        memcpy(out, cma_buf, CMA_PAYS_CHUNK);
+        __asm__ volatile("" : : "r"(out) : "memory");
         struct iovec local = {scratch, CMA_PAYS_CHUNK};
         struct iovec remote = {(void *)(uintptr_t)cards[r].cma_buf, CMA_PAYS_CHUNK};
         if (process_vm_readv((pid_t)comm->peers[r].pid, &local, 1, &remote, 1, 0) !=
             CMA_PAYS_CHUNK) {
             INFO(SUB_INIT, "cross-memory attach off: rank %d's timed read of rank %d failed: %s",
                  me, r, strerror(errno));
-            *pays_p = 0;
+            failed = 1;
             timed = 0;
             continue;
         }
-        int64_t t2 = fifo_now_ns();
-        memcpy(scratch, win, CMA_PAYS_CHUNK);
-        __asm__ volatile("" : : "r"(scratch) : "memory");
-        int64_t t3 = fifo_now_ns();
+        int64_t t4 = fifo_now_ns();
         if (round == 0)
             continue;
-        copy_ns = t1 - t0 < copy_ns ? t1 - t0 : copy_ns;
-        cma_ns = t2 - t1 < cma_ns ? t2 - t1 : cma_ns;
-        cached_ns = t3 - t2 < cached_ns ? t3 - t2 : cached_ns;
+        win_ns = (t1 - t0) + (t3 - t2) < win_ns ? (t1 - t0) + (t3 - t2) : win_ns;
+        cma_ns = t4 - t3 < cma_ns ? t4 - t3 : cma_ns;
     }
-    if (!timed)
-        return chorusSuccess;
-    *pays_p = cma_ns < copy_ns + cached_ns;
-    INFO(SUB_INIT,
-         "cross-memory attach %s here: rank %d read 64 KiB of rank %d's fresh data in %.2f us by "
-         "process_vm_readv, against %.2f us by memcpy plus %.2f us for the writer's copy (least "
-         "of %d rounds)",
-         *pays_p ? "pays" : "does not pay", me, r, cma_ns / 1e3, copy_ns / 1e3, cached_ns / 1e3,
-         CMA_PAYS_ROUNDS - 1);
-    return chorusSuccess;
+    if (timed)
+        INFO(SUB_INIT,
+             "cross-memory attach timed: a 64 KiB piece of an all-gather cost rank %d %.2f us by "
+             "process_vm_readv of rank %d's input, against %.2f us through the windows (least of "
+             "%d rounds)",
+             me, cma_ns / 1e3, r, win_ns / 1e3, CMA_PAYS_ROUNDS - 1);
+    /* The least over every rank's rounds decides, alike everywhere: something else running
+     * only slows a round, and on a 2-core machine it may run through all of one rank's (its
+     * least by cross-memory attach 16-28 us against 5-10 on the other, its own 64 KiB memcpy
+     * 15 us against 1.2, in about 1 run of 4 here). */
+    int64_t *t = calloc((size_t)comm->nranks * 2, sizeof(int64_t));
+    if (t == NULL)
+        return ERR(chorusSystemError, SUB_INIT, "out of memory");
+    t[2 * me] = failed ? -2 : timed ? cma_ns : -1;
+    t[2 * me + 1] = timed ? win_ns : -1;
+    chorusResult_t res = boot_allgather(comm->boot, t, 2 * sizeof(int64_t));
+    int64_t cma_least = INT64_MAX, win_least = INT64_MAX;
+    for (int q = 0; q < comm->nranks && res == chorusSuccess; q++) {
+        if (t[2 * q] == -2)
+            *pays_p = 0;
+        if (t[2 * q] >= 0) {
+            cma_least = t[2 * q] < cma_least ? t[2 * q] : cma_least;
+            win_least = t[2 * q + 1] < win_least ? t[2 * q + 1] : win_least;
+        }
+    }
+    free(t);
+    /* Every reader is done (it answered): the piece goes back to zero, as calls first find it. */
+    memset(mine, 0, CMA_PAYS_CHUNK);
+    if (*pays_p && cma_least != INT64_MAX) /* some rank timed both ways */
+        *pays_p = cma_least < win_least;
+    if (me == 0 && cma_least != INT64_MAX)
+        INFO(SUB_INIT,
+             "cross-memory attach against the windows, the least over every rank's rounds: %.2f "
+             "us against %.2f a 64 KiB piece",
+             cma_least / 1e3, win_least / 1e3);
+    return res;
 }
 
 /* The windows could not be made on some rank, or differ in size (differ): every rank stops
@@ -407,13 +454,13 @@ static chorusResult_t window_map(chorusComm_t comm)
         cards[me].cma_addr = (uint64_t)(uintptr_t)&comm->cma_cookie;
         cards[me].cma_cookie = comm->cma_cookie;
         cma_buf = timed ? malloc(CMA_PAYS_CHUNK) : NULL;
-        scratch = timed ? malloc(CMA_PAYS_CHUNK) : NULL;
+        scratch = timed ? malloc(2 * CMA_PAYS_CHUNK) : NULL;
         if (cma_buf == NULL || scratch == NULL) {
             free(cma_buf);
             cma_buf = NULL;
         } else {
             memset(cma_buf, 1, CMA_PAYS_CHUNK);
-            memset(scratch, 0, CMA_PAYS_CHUNK);
+            memset(scratch, 0, 2 * CMA_PAYS_CHUNK);
             cards[me].cma_buf = (uint64_t)(uintptr_t)cma_buf;
         }
     }
@@ -479,19 +526,21 @@ static chorusResult_t window_map(chorusComm_t comm)
         for (int r = 0; r < n; r++)
             any |= cards[r].cma_buf != 0;
         if ((all & 4) && any) {
-            int pays, agreed = 1;
+            int pays;
             CHECK_GOTO(cma_pays(comm, cards, cma_buf, scratch, map_nbytes, timed, &pays), res, out);
-            CHECK_GOTO(all_agree(comm, pays, &agreed), res, out);
-            if (!(agreed & 1)) {
+            if (!pays) {
                 cma_pays_all = 0;
                 if (comm->cma_adapt == 0)
                     all &= ~4;
                 if (me == 0)
                     INFO(SUB_INIT,
-                         "cross-memory attach %s on this communicator: a rank timed it slower "
-                         "than the window's copies (CHORUS_CMA_MIN set on every rank skips the "
-                         "timing)",
+                         "cross-memory attach %s on this communicator: timed slower than the "
+                         "window's copies, or a rank could not read (CHORUS_CMA_MIN set on every "
+                         "rank skips the timing)",
                          comm->cma_adapt ? "off for now (all-gathers try it at run time)" : "off");
+            } else if (me == 0) {
+                INFO(SUB_INIT, "cross-memory attach pays on this communicator: timed faster than "
+                               "the window's copies");
             }
         }
     }
