@@ -149,6 +149,10 @@ typedef struct tune_consts {
     double direct_twoshot_eff; /* fit: two-shot's passes, as a fraction of the ring's */
     double direct_dram_penalty; /* fit: direct passes once the host's buffers outgrow the LLC */
     double direct_gather_eff; /* fit: direct all-gather's passes, as a fraction of n + 1 */
+    double direct_cma_eff; /* measured: a broadcast's copy by cross-memory attach, as a fraction
+                            * of a pass */
+    double direct_cma_bcast_max; /* measured: the largest broadcast priced so (above, the
+                                  * ring's pipelined copies win) */
 } tune_consts_t;
 
 static const tune_consts_t tune_k = {
@@ -171,6 +175,8 @@ static const tune_consts_t tune_k = {
     .direct_twoshot_eff = 0.7,
     .direct_dram_penalty = 3.5,
     .direct_gather_eff = 0.6,
+    .direct_cma_eff = 0.7,
+    .direct_cma_bcast_max = 1024.0 * 1024,
 };
 
 /* ---- Parsers ---------------------------------------------------------------------------- */
@@ -504,6 +510,18 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
                 dpasses *= k->direct_dram_penalty;
             break;
         case COLL_BROADCAST:
+            /* By cross-memory attach (direct.c broadcast_cma): the others copy the root's input
+             * at once, one copy and a round, no window. Intel VM (2 ranks, in place,
+             * broadcast_perf -b 32K -e 16M -f 2 with CHORUS_ALGO): 512 KiB 16.8 us against the
+             * ring's 24.0, 1 MiB 52.2 against 54.4-55.1, 2 MiB 174 against 147, 4 MiB 424 against
+             * 305 (out of place it won up to 16 MiB: 1178 against 1958). */
+            if (tp.direct_cma_bcast_min != 0 && nbytes >= tp.direct_cma_bcast_min &&
+                nb <= k->direct_cma_bcast_max) {
+                per = 0.0;
+                rounds = 1.0;
+                dpasses = k->direct_cma_eff * nb;
+                break;
+            }
             /* Up to DIRECT_LL_NBYTES the root writes LL words and runs up to DIRECT_LL_SLOTS
              * pieces ahead (64 then: 2 ranks, 8-128 B, 0.13-0.16 us against the chain's
              * 0.47-0.56; 6c26334); so it does in slotted pieces (algo.h), its copy and the

@@ -56,6 +56,9 @@ typedef struct tune_topo {
     size_t direct_zc_min; /* zero-copy may be on (CHORUS_ZCOPY) from this many bytes
                            * (CHORUS_ZCOPY_MIN; 0: off): broadcasts and reduces that big are
                            * then not slotted (algo.h) */
+    size_t direct_cma_bcast_min; /* one-shot broadcasts from this size read the root's input by
+                                  * cross-memory attach (window.c sets it once the windows are
+                                  * made and the attach timed; 0: never) */
 } tune_topo_t;
 
 typedef struct tuner {

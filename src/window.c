@@ -602,6 +602,11 @@ out:
         &comm->zc_allreduce_pushed};
     if (comm->win_view.cma_adapt != NULL)
         direct_adapt_init(&comm->cma_plan, cma_pays_all, comm->cma_adapt == 2);
+    /* From here the tuner prices one-shot broadcasts by cross-memory attach where they run so
+     * (alike on every rank: each input above is every rank's). */
+    comm->tuner.topo.direct_cma_bcast_min =
+        comm->win_view.cma_read != NULL ? comm->win_view.cma_bcast_min_nbytes : 0;
+    memset(comm->tune_cache, 0, sizeof(comm->tune_cache));
     /* Balance only where this window's ranks are all the machine's, and they outnumber its
      * cores (direct_win.c). */
     if (comm->win_view.gate != NULL)

@@ -349,6 +349,29 @@ static void check_model(void)
               "exceed %.2f (slotted)",
               kind_names[kind], at_zc, at_off);
     }
+    /* Broadcasts by cross-memory attach (once the windows have timed it): one copy, so the
+     * one-shot up to 1 MiB where the window's two copies lose to the ring from 512 KiB; the ring
+     * above. */
+    tune_topo_t cma_topo = direct_topo(2, 2);
+    tuner_t no_cma = make_tuner(cma_topo, "");
+    cma_topo.direct_cma_bcast_min = 64 << 10;
+    tuner_t with_cma = make_tuner(cma_topo, "");
+    c = tune_pick(&no_cma, COLL_BROADCAST, 512 << 10);
+    CHECK(c.algo == ALGO_RING,
+          "2 ranks, 512 KiB broadcast through the windows: picked %s, want ring",
+          algo_name(c.algo));
+    for (size_t nb = 64 << 10; nb <= 1 << 20; nb *= 2) {
+        c = tune_pick(&with_cma, COLL_BROADCAST, nb);
+        CHECK(c.algo == ALGO_ONESHOT,
+              "2 ranks, %zu KiB broadcast by cross-memory attach: picked %s, want oneshot",
+              nb >> 10, algo_name(c.algo));
+    }
+    c = tune_pick(&with_cma, COLL_BROADCAST, 4 << 20);
+    CHECK(c.algo == ALGO_RING, "2 ranks, 4 MiB broadcast, attach on: picked %s, want ring",
+          algo_name(c.algo));
+    CHECK(tune_predict(&with_cma, COLL_BROADCAST, ALGO_ONESHOT, 32 << 10, 1) ==
+              tune_predict(&no_cma, COLL_BROADCAST, ALGO_ONESHOT, 32 << 10, 1),
+          "32 KiB broadcast: below the attach's threshold the model must not change");
     CHECK(tune_predict(&one, COLL_ALLREDUCE, ALGO_ONESHOT, 8, 1) > 1e300,
           "no windows: oneshot is HUGE_VAL");
     tune_topo_t across = topo_of(4, 2, 2, 0, 10, 0);
