@@ -240,22 +240,57 @@ static chorusResult_t broadcast_slotted(prims_t *p, const direct_view_t *v, cons
 }
 
 /* Broadcast by cross-memory attach (as allgather_cma): the root publishes where its input lies,
- * the others copy it from there into their outputs, and the root waits until they have. */
+ * the others copy it from there into their outputs, and the root waits until they have. In place
+ * (the root has no copy of its own to make), where it can write the others' memory, the root
+ * shares the copying: its flag's payload says how many bytes at the end (tail, a 64-byte multiple,
+ * about 1/n of the data) it writes itself into each other output, at the address each rank
+ * publishes in its own ready flag; a rank copies the rest and returns once the root's done flag
+ * says the tail is in. */
 static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
-    int root = a->root;
+    int n = v->nranks, me = v->rank, root = a->root;
     size_t nbytes = a->count * p->esize;
     uint64_t s;
     CHECK(direct_piece_begin(p, v, &s, 2, 0));
-    if (v->rank == root) {
+    if (me == root) {
         mem_ref_t ref;
-        direct_publish_where(v, s, root_exposes(v, a, nbytes, &ref) ? &ref : NULL, a->sendbuff);
+        int zc = root_exposes(v, a, nbytes, &ref);
+        size_t tail = 0;
+        if (zc) {
+            direct_publish_where(v, s, &ref, a->sendbuff);
+        } else {
+            if (v->cma_write != NULL && a->recvbuff == a->sendbuff)
+                tail = nbytes / (size_t)n & ~(size_t)63;
+            mem_ref_t where = {
+                .id = DIRECT_REF_CMA, .addr = (uint64_t)(uintptr_t)a->sendbuff, .offset = tail};
+            direct_publish_ready(v, s, &where, 0);
+        }
         if (a->recvbuff != a->sendbuff)
             p->ops->copy(a->recvbuff, a->sendbuff, nbytes);
+        for (int k = 1; tail != 0 && k < n; k++) {
+            int r = (root + k) % n;
+            mem_ref_t out;
+            CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
+            memcpy(&out, hdr(v, r)->ready[s & 1].payload, sizeof(out));
+            CHECK(v->cma_write(v->zc_arg, r, out.addr + (nbytes - tail),
+                               (const char *)a->sendbuff + (nbytes - tail), tail));
+            (*v->cma_writes)++;
+        }
         direct_piece_done(v, s, 0);
         return direct_zc_release(p, v, s);
     }
-    CHECK(direct_read_where(p, v, root, s, a->recvbuff, nbytes));
+    direct_publish_where(v, s, NULL, a->recvbuff); /* where the root may write the tail */
+    CHECK(direct_wait_flag(p, v, root, OFF_READY(s), s, "direct window ready flag"));
+    mem_ref_t where;
+    memcpy(&where, hdr(v, root)->ready[s & 1].payload, sizeof(where));
+    size_t tail = where.id == DIRECT_REF_CMA ? (size_t)where.offset : 0;
+    if (tail > nbytes)
+        return ERR(chorusInternalError, SUB_COLL,
+                   "broadcast: root rank %d said it writes %zu bytes of a %zu-byte broadcast", root,
+                   tail, nbytes);
+    CHECK(direct_read_where(p, v, root, s, a->recvbuff, nbytes - tail));
+    if (tail != 0)
+        CHECK(direct_wait_flag(p, v, root, OFF_DONE, s, "direct window done flag"));
     direct_piece_done(v, s, 0);
     return chorusSuccess;
 }

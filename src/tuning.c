@@ -151,8 +151,8 @@ typedef struct tune_consts {
     double direct_gather_eff; /* fit: direct all-gather's passes, as a fraction of n + 1 */
     double direct_cma_eff; /* measured: a broadcast's copy by cross-memory attach, as a fraction
                             * of a pass */
-    double direct_cma_bcast_max; /* measured: the largest broadcast priced so (above, the
-                                  * ring's pipelined copies win) */
+    double direct_cma_bcast_max; /* measured: the largest broadcast priced so (above, out of
+                                  * place, the ring's pipelined copies win) */
 } tune_consts_t;
 
 static const tune_consts_t tune_k = {
@@ -176,7 +176,7 @@ static const tune_consts_t tune_k = {
     .direct_dram_penalty = 3.5,
     .direct_gather_eff = 0.6,
     .direct_cma_eff = 0.7,
-    .direct_cma_bcast_max = 1024.0 * 1024,
+    .direct_cma_bcast_max = 32.0 * 1024 * 1024,
 };
 
 /* ---- Parsers ---------------------------------------------------------------------------- */
@@ -511,10 +511,13 @@ double tune_predict(const tuner_t *t, coll_kind_t kind, algo_t algo, size_t nbyt
             break;
         case COLL_BROADCAST:
             /* By cross-memory attach (direct.c broadcast_cma): the others copy the root's input
-             * at once, one copy and a round, no window. Intel VM (2 ranks, in place,
-             * broadcast_perf -b 32K -e 16M -f 2 with CHORUS_ALGO): 512 KiB 16.8 us against the
-             * ring's 24.0, 1 MiB 52.2 against 54.4-55.1, 2 MiB 174 against 147, 4 MiB 424 against
-             * 305 (out of place it won up to 16 MiB: 1178 against 1958). */
+             * at once, one copy and a round, no window; in place the root writes about 1/n of
+             * it into each output meanwhile. Intel VM, 2 ranks, broadcast_perf with CHORUS_ALGO,
+             * in place: 512 KiB 9.7 us against the ring's 24.0, 2 MiB 48.7 against 141, 16 MiB
+             * 705 against 1179, 64 MiB 5252 against 8318; out of place (no split) 2 MiB 186
+             * against 233, 16 MiB 1444 against 1874, 32 MiB 3199 against 4813, 64 MiB 10942
+             * against 9307. Before the split, in place, 1 MiB 52.2 against 54.4-55.1 and 2 MiB
+             * 174 against 147. */
             if (tp.direct_cma_bcast_min != 0 && nbytes >= tp.direct_cma_bcast_min &&
                 nb <= k->direct_cma_bcast_max) {
                 per = 0.0;

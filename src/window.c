@@ -179,34 +179,53 @@ static char *zc_map(void *arg, int r, const mem_ref_t *ref, size_t nbytes)
     return m->base + ref->offset;
 }
 
-/* direct_view_t.cma_read: nbytes of rank r's memory at addr into dst, with process_vm_readv
- * (by address where r is a thread of this process). */
-static chorusResult_t cma_read(void *arg, int r, void *dst, uint64_t addr, size_t nbytes)
+/* nbytes between this rank's memory at mine and rank r's at addr, with process_vm_readv (write
+ * 0) or process_vm_writev (write 1); by address where r is a thread of this process. */
+static chorusResult_t cma_move(chorusComm_t comm, int r, void *mine, uint64_t addr, size_t nbytes,
+                               int write)
 {
-    chorusComm_t comm = arg;
     if (same_process(comm, r)) {
-        memcpy(dst, (const void *)(uintptr_t)addr, nbytes);
+        if (write)
+            memcpy((void *)(uintptr_t)addr, mine, nbytes);
+        else
+            memcpy(mine, (const void *)(uintptr_t)addr, nbytes);
         return chorusSuccess;
     }
     for (size_t done = 0; done < nbytes;) {
-        struct iovec local = {(char *)dst + done, nbytes - done};
+        struct iovec local = {(char *)mine + done, nbytes - done};
         struct iovec remote = {(void *)(uintptr_t)(addr + done), nbytes - done};
-        ssize_t got = process_vm_readv((pid_t)comm->peers[r].pid, &local, 1, &remote, 1, 0);
+        pid_t pid = (pid_t)comm->peers[r].pid;
+        ssize_t got = write ? process_vm_writev(pid, &local, 1, &remote, 1, 0)
+                            : process_vm_readv(pid, &local, 1, &remote, 1, 0);
         if (got <= 0)
             return ERR(chorusSystemError, SUB_COLL,
-                       "rank %d could not read %zu bytes of rank %d's input (pid %d, address "
-                       "0x%llx) with process_vm_readv: %s; set CHORUS_CMA_MIN=0 to copy through "
-                       "the window instead",
-                       comm->rank, nbytes - done, r, (int)comm->peers[r].pid,
-                       (unsigned long long)(addr + done), got < 0 ? strerror(errno) : "read none");
+                       "rank %d could not %s %zu bytes %s rank %d's memory (pid %d, address "
+                       "0x%llx) with %s: %s; set CHORUS_CMA_MIN=0 to copy through the window "
+                       "instead",
+                       comm->rank, write ? "write" : "read", nbytes - done, write ? "into" : "of",
+                       r, (int)comm->peers[r].pid, (unsigned long long)(addr + done),
+                       write ? "process_vm_writev" : "process_vm_readv",
+                       got < 0 ? strerror(errno) : "none moved");
         done += (size_t)got;
     }
     return chorusSuccess;
 }
 
+/* direct_view_t.cma_read: nbytes of rank r's memory at addr into dst. */
+static chorusResult_t cma_read(void *arg, int r, void *dst, uint64_t addr, size_t nbytes)
+{
+    return cma_move(arg, r, dst, addr, nbytes, 0);
+}
+
+/* direct_view_t.cma_write: nbytes from src into rank r's memory at addr. */
+static chorusResult_t cma_write(void *arg, int r, uint64_t addr, const void *src, size_t nbytes)
+{
+    return cma_move(arg, r, (void *)(uintptr_t)src, addr, nbytes, 1);
+}
+
 /* May this rank read rank r's memory with process_vm_readv? It reads the cookie r's card
  * names. */
-static int cma_probe(chorusComm_t comm, int r, const window_card_t *card)
+static int cma_probe(chorusComm_t comm, int r, const window_card_t *card, int *write_ok)
 {
     if (card->cma_addr == 0)
         return 0;
@@ -225,6 +244,16 @@ static int cma_probe(chorusComm_t comm, int r, const window_card_t *card)
              comm->rank, r, (int)comm->peers[r].pid,
              n < 0 ? strerror(errno) : "it read something else");
         return 0;
+    }
+    /* And write it: the cookie again, the value it holds (broadcasts' roots write into the
+     * others' outputs, direct.c broadcast_cma). */
+    n = process_vm_writev((pid_t)comm->peers[r].pid, &local, 1, &remote, 1, 0);
+    if (n != (ssize_t)sizeof(got)) {
+        INFO(SUB_INIT,
+             "cross-memory attach: rank %d cannot write rank %d's memory (pid %d) with "
+             "process_vm_writev (%s); its broadcasts' peers copy all of its data",
+             comm->rank, r, (int)comm->peers[r].pid, n < 0 ? strerror(errno) : "wrote none");
+        *write_ok = 0;
     }
     return 1;
 }
@@ -413,6 +442,7 @@ static chorusResult_t window_map(chorusComm_t comm)
 {
     chorusResult_t res = chorusSuccess;
     int n = comm->nranks, me = comm->rank, all = 0, differ = 0, cma_pays_all = 1;
+    int cma_write_ok = 1; /* this rank can write every peer's memory (cma_probe) */
     size_t bufsz = ((size_t)comm->params.direct_buffsize + 4095) & ~(size_t)4095;
     size_t map_nbytes = DIRECT_HDR_NBYTES + 2 * bufsz;
     char name[WINDOW_NAME_BYTES], why[768] = "";
@@ -471,7 +501,7 @@ static chorusResult_t window_map(chorusComm_t comm)
         peer_name[WINDOW_NAME_BYTES - 1] = '\0';
         if (r == me)
             continue;
-        cma_ok = cma_ok && cma_probe(comm, r, &cards[r]);
+        cma_ok = cma_ok && cma_probe(comm, r, &cards[r], &cma_write_ok);
         if (zc_ok && !same_process(comm, r)) {
             /* Another pid namespace (containers sharing /dev/shm): its pids mean nothing here. */
             int fd = cards[r].probe_fd >= 0 && pid_visible(comm, r)
@@ -599,7 +629,9 @@ out:
         &comm->cma_reads,
         (all & 4) && comm->cma_adapt ? &comm->cma_plan : NULL,
         (size_t)comm->zc_arpush_min,
-        &comm->zc_allreduce_pushed};
+        &comm->zc_allreduce_pushed,
+        (all & 4) && cma_write_ok ? cma_write : NULL,
+        &comm->cma_writes};
     if (comm->win_view.cma_adapt != NULL)
         direct_adapt_init(&comm->cma_plan, cma_pays_all, comm->cma_adapt == 2);
     /* From here the tuner prices one-shot broadcasts by cross-memory attach where they run so

@@ -156,7 +156,8 @@ endforeach()
 # broadcast) and 3 (all-gather; CHORUS_CMA_MIN lowered to 4 KiB so 1031 elements of 4 bytes and
 # more take it too); chorusMemAlloc on even ranks (even: zero-copy refs and addresses in one call);
 # threads; and CHORUS_CMA_MIN=0, where none may. Each fails unless some rank read by it (on), or
-# if one did (off). CHORUS_CMA_MIN set keeps it on (unset, window.c times it against the window's
+# if one did (off); --cma-writes (2 ranks, processes and threads): unless some in-place
+# broadcast's root wrote its share into the others' outputs. CHORUS_CMA_MIN set keeps it on (unset, window.c times it against the window's
 # copies and it is off where it loses, as on the AMD VM of 2026-12-06); coll_cma_auto_mpi_* leave
 # it unset, with CHORUS_CMA_ADAPT=0 (all-gathers keep the setup's answer), and fail unless every
 # rank agreed, and read by it exactly when on. coll_cma_adapt_*: all-gathers choose their path at
@@ -168,7 +169,7 @@ if(MPI_C_FOUND)
   chorus_add_test(NAME coll_cma_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
             -x CHORUS_CMA_MIN=16384
-            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --cma on)
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --cma on --cma-writes)
   foreach(np 2 3)
     chorus_add_test(NAME coll_cma_auto_mpi_${np} TIMEOUT 300
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${np}
@@ -194,6 +195,7 @@ if(MPI_C_FOUND)
 endif()
 chorus_add_test(NAME coll_cma_threads_2 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,1031,140000 --cma on
+          --cma-writes
   ENV CHORUS_ALGO=oneshot)
 chorus_add_test(NAME coll_cma_adapt_threads_2 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,140000 --cma adapt

@@ -204,6 +204,7 @@ typedef struct ctx {
     long zc_pushes; /* inputs this rank wrote into peers' outputs (all-gather push) */
     long zc_ar_pushed; /* all-reduces this rank ran by push */
     long cma_reads; /* peers' inputs this rank read by cross-memory attach */
+    long cma_writes; /* peers' outputs this rank wrote part of so (in-place broadcast roots) */
     long cma_on; /* 1: this rank's communicator has cross-memory attach on */
     long cma_adapt; /* 1: its all-gathers choose their path at run time (CHORUS_CMA_ADAPT) */
     long cma_switches; /* plans it took up that changed the path of some size */
@@ -253,6 +254,9 @@ static void dev_out(ctx_t *c)
  * plans that switched a path, more than one, and some rank read by cross-memory attach
  * (CHORUS_CMA_ADAPT=2 switches at every chance); -1: not asked. */
 static int cma_mode = -1;
+/* --cma-writes: fail unless some broadcast root wrote part of its data into the others' outputs
+ * by cross-memory attach (direct.c broadcast_cma); --cma off fails if one did. */
+static int cma_writes_wanted;
 /* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
 static int memalloc_mode;
 /* --zc-allreduce: -1 not checked, 1 some all-reduce must win the zero-copy vote, 0 none may. */
@@ -524,6 +528,7 @@ static void run_matrix(ctx_t *c)
     c->zc_pushes = (long)c->comm->zc_pushes;
     c->zc_ar_pushed = (long)c->comm->zc_allreduce_pushed;
     c->cma_reads = (long)c->comm->cma_reads;
+    c->cma_writes = (long)c->comm->cma_writes;
     c->cma_on = c->comm->win_view.cma_read != NULL;
     c->cma_adapt = c->comm->win_view.cma_adapt != NULL;
     c->cma_switches = c->cma_adapt ? (long)c->comm->cma_plan.switches : 0;
@@ -554,7 +559,7 @@ static void *thread_main(void *arg)
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
 static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
                     long *rswon_p, long *push_p, long *cma_p, long *cma_on_p, long adapt_p[3],
-                    long *arpush_p, int *me_p)
+                    long *arpush_p, long *cma_writes_p, int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -573,10 +578,11 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[10] = {c.failures,  c.checks,    c.zc_reads, c.zc_won,    c.zc_bcast_won,
-                        c.zc_rs_won, c.cma_reads, c.cma_on,   c.zc_pushes, c.zc_ar_pushed};
+    int64_t sums[11] = {c.failures,     c.checks,       c.zc_reads,  c.zc_won,
+                        c.zc_bcast_won, c.zc_rs_won,    c.cma_reads, c.cma_on,
+                        c.zc_pushes,    c.zc_ar_pushed, c.cma_writes};
     int64_t adapt[3] = {c.cma_adapt, -c.cma_switches, c.cma_switches}; /* sum, -min, max */
-    if (call_ok(&c, chorusAllReduce(sums, sums, 10, chorusInt64, chorusSum, comm, NULL),
+    if (call_ok(&c, chorusAllReduce(sums, sums, 11, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts") &&
         call_ok(&c, chorusAllReduce(adapt, adapt, 1, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the all-gather plans") &&
@@ -595,6 +601,7 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
         *cma_on_p = (long)sums[7];
         *push_p = (long)sums[8];
         *arpush_p = (long)sums[9];
+        *cma_writes_p = (long)sums[10];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -650,6 +657,8 @@ int main(int argc, char **argv)
             cma_mode = strcmp(argv[i], "adapt") == 0  ? 3
                        : strcmp(argv[i], "auto") == 0 ? 2
                                                       : strcmp(argv[i], "on") == 0;
+        } else if (strcmp(argv[i], "--cma-writes") == 0) {
+            cma_writes_wanted = 1;
         } else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
                    (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
             memalloc_mode = strcmp(argv[++i], "all") == 0 ? 1 : 2;
@@ -660,7 +669,7 @@ int main(int argc, char **argv)
                 "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
                 "          [--zc-reducescatter won|lost] [--zc-allgather won|lost]\n"
                 "          [--zc-allreduce-push won|lost]\n"
-                "          [--cma on|off|auto|adapt] [--driver PATH]\n"
+                "          [--cma on|off|auto|adapt] [--cma-writes] [--driver PATH]\n"
                 "  --threads N  N ranks as threads of this process\n"
                 "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                 "               unless a rank read a peer's buffer in place (zero-copy)\n"
@@ -679,6 +688,8 @@ int main(int argc, char **argv)
                 "               none did); adapt: every rank's all-gathers chose their\n"
                 "               path at run time and switched it alike, more than once\n"
                 "               (CHORUS_CMA_ADAPT=2), and some rank read by it\n"
+                "  --cma-writes fails unless some broadcast root wrote part of its data into\n"
+                "               the others' outputs by cross-memory attach (in place)\n"
                 "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                 "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
                 "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
@@ -699,7 +710,7 @@ int main(int argc, char **argv)
     }
 #endif
     long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0, zc_rs_won = 0,
-         zc_pushes = 0, cma_reads = 0, cma_on = 0, zc_ar_pushed = 0;
+         zc_pushes = 0, cma_reads = 0, cma_on = 0, zc_ar_pushed = 0, cma_writes = 0;
     long adapt[3] = {0, LONG_MAX, 0}; /* ranks choosing all-gather paths; least, most switches */
     int me = 0;
     if (threads > 0) {
@@ -728,6 +739,7 @@ int main(int argc, char **argv)
             zc_pushes += ctx[i].zc_pushes;
             zc_ar_pushed += ctx[i].zc_ar_pushed;
             cma_reads += ctx[i].cma_reads;
+            cma_writes += ctx[i].cma_writes;
             cma_on += ctx[i].cma_on;
             adapt[0] += ctx[i].cma_adapt;
             adapt[1] = ctx[i].cma_switches < adapt[1] ? ctx[i].cma_switches : adapt[1];
@@ -739,7 +751,7 @@ int main(int argc, char **argv)
         free(comms_g);
     } else if (env) {
         if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &zc_pushes,
-                     &cma_reads, &cma_on, adapt, &zc_ar_pushed, &me) != 0)
+                     &cma_reads, &cma_on, adapt, &zc_ar_pushed, &cma_writes, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -799,6 +811,7 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.zc_pushes, &zc_pushes, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_ar_pushed, &zc_ar_pushed, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_reads, &cma_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.cma_writes, &cma_writes, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_on, &cma_on, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_adapt, &adapt[0], 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_switches, &adapt[1], 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
@@ -832,14 +845,21 @@ int main(int argc, char **argv)
                    adapt[0], nranks_g, adapt[1], adapt[2], cma_reads);
         failures++;
     } else if (cma_mode == 0 || cma_mode == 1) {
-        if (nranks_g > 1 && (cma_mode ? cma_reads == 0 : cma_reads != 0)) {
+        if (nranks_g > 1 && (cma_mode ? cma_reads == 0 : cma_reads + cma_writes != 0)) {
             if (me == 0)
-                printf("FAIL --cma %s: %ld peers' inputs read by cross-memory attach (summed over "
-                       "the ranks; CHORUS_CMA_MIN, CHORUS_ALGO, and CHORUS_DEBUG=INFO says whether "
-                       "it is on)\n",
-                       cma_mode ? "on" : "off", cma_reads);
+                printf("FAIL --cma %s: %ld peers' inputs read and %ld outputs written by "
+                       "cross-memory attach (summed over the ranks; CHORUS_CMA_MIN, CHORUS_ALGO, "
+                       "and CHORUS_DEBUG=INFO says whether it is on)\n",
+                       cma_mode ? "on" : "off", cma_reads, cma_writes);
             failures++;
         }
+    }
+    if (cma_writes_wanted && nranks_g > 1 && cma_writes == 0) {
+        if (me == 0)
+            printf("FAIL --cma-writes: no broadcast root wrote into a peer's output by "
+                   "cross-memory attach (in-place broadcasts of 64 KiB and more, CHORUS_CMA_MIN, "
+                   "ranks not outnumbering cores)\n");
+        failures++;
     }
     if (memalloc_mode && nranks_g > 1 && zc_reads == 0 && zc_vote != 0) {
         if (me == 0)

@@ -350,7 +350,7 @@ static void check_model(void)
               kind_names[kind], at_zc, at_off);
     }
     /* Broadcasts by cross-memory attach (once the windows have timed it): one copy, so the
-     * one-shot up to 1 MiB where the window's two copies lose to the ring from 512 KiB; the ring
+     * one-shot up to 32 MiB where the window's two copies lose to the ring from 512 KiB; the ring
      * above. */
     tune_topo_t cma_topo = direct_topo(2, 2);
     tuner_t no_cma = make_tuner(cma_topo, "");
@@ -360,14 +360,14 @@ static void check_model(void)
     CHECK(c.algo == ALGO_RING,
           "2 ranks, 512 KiB broadcast through the windows: picked %s, want ring",
           algo_name(c.algo));
-    for (size_t nb = 64 << 10; nb <= 1 << 20; nb *= 2) {
+    for (size_t nb = 64 << 10; nb <= 32 << 20; nb *= 2) {
         c = tune_pick(&with_cma, COLL_BROADCAST, nb);
         CHECK(c.algo == ALGO_ONESHOT,
               "2 ranks, %zu KiB broadcast by cross-memory attach: picked %s, want oneshot",
               nb >> 10, algo_name(c.algo));
     }
-    c = tune_pick(&with_cma, COLL_BROADCAST, 4 << 20);
-    CHECK(c.algo == ALGO_RING, "2 ranks, 4 MiB broadcast, attach on: picked %s, want ring",
+    c = tune_pick(&with_cma, COLL_BROADCAST, 64 << 20);
+    CHECK(c.algo == ALGO_RING, "2 ranks, 64 MiB broadcast, attach on: picked %s, want ring",
           algo_name(c.algo));
     CHECK(tune_predict(&with_cma, COLL_BROADCAST, ALGO_ONESHOT, 32 << 10, 1) ==
               tune_predict(&no_cma, COLL_BROADCAST, ALGO_ONESHOT, 32 << 10, 1),
