@@ -446,7 +446,7 @@ static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v, const co
         if (r != me)
             CHECK(direct_read_where(p, v, r, s, dst, nbytes));
         else if (dst != in)
-            p->ops->copy(dst, in, nbytes);
+            prims_copy_out(p, dst, in, nbytes);
     }
     direct_piece_done(v, s, 0);
     return direct_zc_release(p, v, s);
