@@ -106,7 +106,8 @@ static const param_def_t param_table[] = {
      "one-host all-gathers of at least this many bytes a rank, and broadcasts of at least this "
      "many and 64 KiB where the ranks do not outnumber the cores, read each peer's input (the "
      "root's) where it lies, any memory, with process_vm_readv (Linux cross-memory attach: one "
-     "copy where the window takes two); 0: never; unset: each communicator's setup times it "
+     "copy where the window takes two; in place, a broadcast's root writes about 1/n into the "
+     "others' outputs meanwhile); 0: never; unset: each communicator's setup times it "
      "against the window's copies and leaves it off where it loses, and all-gathers choose "
      "again at run time (CHORUS_CMA_ADAPT)"},
     {"CHORUS_CMA_ADAPT", PT_INT, "1", 0, 2, OFF(cma_adapt),
