@@ -319,11 +319,14 @@ typedef struct direct_view {
      * chorusMemAlloc memory; if so they run by push (direct.c allreduce_push). 0: never. */
     size_t zc_arpush_min_nbytes;
     uint64_t *zc_arpushed; /* all-reduces run so (tests look) */
-    /* Cross-memory attach the other way, NULL where off or where this rank cannot write some
-     * peer's memory: nbytes from src into rank r's memory at addr. In-place broadcasts' roots
-     * write a part of the data into the others' outputs (direct.c broadcast_cma). */
+    /* Cross-memory attach the other way, NULL where off or where some rank cannot write some
+     * peer's memory (alike on every rank): nbytes from src into rank r's memory at addr.
+     * In-place broadcasts' roots write a part of the data into the others' outputs, and
+     * two-shot all-reduces each rank's reduced part (direct.c broadcast_cma, allreduce_cma). */
     chorusResult_t (*cma_write)(void *arg, int r, uint64_t addr, const void *src, size_t nbytes);
     uint64_t *cma_writes; /* outputs this rank wrote into so (tests look) */
+    size_t cma_ar_min_nbytes; /* two-shot all-reduces from this size run by cross-memory attach
+                               * (direct.c allreduce_cma); 0: never */
 } direct_view_t;
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,

@@ -165,6 +165,61 @@ static chorusResult_t allreduce_push(prims_t *p, const direct_view_t *v, const c
     return direct_zc_release(p, v, s2);
 }
 
+/*
+ * Two-shot all-reduce by cross-memory attach (cma_read and cma_write; any memory; the ranks
+ * agreed at setup that it pays): part j of the data is rank j's (algo_part). Each rank publishes
+ * where its input and output lie, copies its part of every other input (process_vm_readv) into
+ * its window buffer, in slots of 1 / (n - 1) of it, reduces its own input's part and those (its
+ * own first, then rank order, as two-shot) into its output, and writes that into every other
+ * output (process_vm_writev). It returns once every rank's done flag says it is through (read
+ * this rank's input, written its part here). No rank reads what a peer has just written, and no
+ * rank writes lines a peer has read but its own output's (the job reads its result there): the
+ * window's way took those lines back on every copy in and out. In place is safe: rank j writes
+ * part j of rank r's buffer, which only j reads (as r's input), and only after reading it.
+ *   piece s: ready = where its input and output lie; done = read from and written to all
+ */
+static chorusResult_t allreduce_cma(prims_t *p, const direct_view_t *v, const coll_args_t *a)
+{
+    int n = v->nranks, me = v->rank;
+    size_t es = p->esize;
+    const char *in = a->sendbuff;
+    char *out = a->recvbuff, *srcs[DIRECT_MAX_RANKS];
+    uint64_t s, at_in[DIRECT_MAX_RANKS], at_out[DIRECT_MAX_RANKS];
+    size_t poff, plen, slot = (v->buf_nbytes / (size_t)(n - 1) & ~(size_t)63) / es;
+    CHECK(direct_piece_begin(p, v, &s, 2, v->buf_nbytes));
+    mem_ref_t where = {
+        .id = DIRECT_REF_CMA, .addr = (uint64_t)(uintptr_t)in, .ino = (uint64_t)(uintptr_t)out};
+    direct_publish_ready(v, s, &where, 0);
+    for (int k = 1; k < n; k++) {
+        int r = (me + k) % n;
+        CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
+        memcpy(&where, hdr(v, r)->ready[s & 1].payload, sizeof(where));
+        at_in[r] = where.addr;
+        at_out[r] = where.ino;
+    }
+    algo_part(a->count, n, me, &poff, &plen);
+    for (size_t c = 0; c < plen; c += slot) {
+        size_t clen = plen - c < slot ? plen - c : slot, at = (poff + c) * es;
+        srcs[0] = (char *)in + at;
+        for (int r = 0, k = 1; r < n; r++) {
+            if (r == me)
+                continue;
+            srcs[k] = buf(v, me, s) + (size_t)(k - 1) * slot * es;
+            CHECK(v->cma_read(v->zc_arg, r, srcs[k], at_in[r] + at, clen * es));
+            k++;
+        }
+        direct_reduce_list(p, out + at, srcs, n, clen);
+    }
+    for (int k = 1; k < n && plen > 0; k++) {
+        int r = (me + k) % n;
+        CHECK(v->cma_write(v->zc_arg, r, at_out[r] + poff * es, out + poff * es, plen * es));
+    }
+    (*v->cma_reads) += (uint64_t)(n - 1);
+    (*v->cma_writes) += (uint64_t)(n - 1);
+    direct_piece_done(v, s, 0);
+    return direct_zc_release(p, v, s);
+}
+
 /* zc_out (two-shot only): the ranks agreed (direct_zc_vote) that each reduces its part
  * straight into its output and the others copy it from there. Otherwise every input is copied
  * into the window, chorusMemAlloc memory or not (direct_view_t.zc_min_nbytes says why). */
@@ -188,6 +243,10 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
         }
     }
     int zc = twoshot && zc_out && expose_both(v, a, nbytes, &zref, &oref);
+    if (twoshot && !zc && v->cma_write != NULL &&
+        direct_cma_call(v, nbytes, v->cma_ar_min_nbytes) &&
+        v->buf_nbytes / (size_t)(v->nranks - 1) >= 64)
+        return allreduce_cma(p, v, a);
     uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;

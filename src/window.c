@@ -55,6 +55,11 @@
  * runs: 2 ranks, 16 KiB 1.57-2.46 us against 1.34, 64 KiB 3.7 against 5.4, 256 KiB 11.3 against
  * 21.7; 4 ranks on 2 cores, 16 KiB 5.8 against 2.1, 64 KiB 11.4 against 9.7. */
 #define CMA_BCAST_MIN_NBYTES (64 * 1024)
+/* Two-shot all-reduces by cross-memory attach from this size (or CHORUS_CMA_MIN, the larger),
+ * where the ranks do not outnumber the cores (4 ranks on 2 cores, forced two-shot: 16 KiB 16.6
+ * us against the window's 8.9, 1-4 MiB even). 2 ranks, Intel VM, against the window's two-shot:
+ * 16 KiB 2.5 us against 3.8-4.3, 64 KiB 5.1 against 8.2, 1 MiB 88 against 145 (Open MPI 194). */
+#define CMA_ALLREDUCE_MIN_NBYTES (16 * 1024)
 
 /* What each rank tells the others: its window's name and its zero-copy probe. */
 typedef struct window_card {
@@ -245,13 +250,14 @@ static int cma_probe(chorusComm_t comm, int r, const window_card_t *card, int *w
              n < 0 ? strerror(errno) : "it read something else");
         return 0;
     }
-    /* And write it: the cookie again, the value it holds (broadcasts' roots write into the
-     * others' outputs, direct.c broadcast_cma). */
+    /* And write it: the cookie again, the value it holds (broadcasts' roots and two-shot
+     * all-reduces write into the others' outputs, direct.c; every rank must be able to). */
     n = process_vm_writev((pid_t)comm->peers[r].pid, &local, 1, &remote, 1, 0);
     if (n != (ssize_t)sizeof(got)) {
         INFO(SUB_INIT,
              "cross-memory attach: rank %d cannot write rank %d's memory (pid %d) with "
-             "process_vm_writev (%s); its broadcasts' peers copy all of its data",
+             "process_vm_writev (%s); broadcasts and all-reduces do not write by cross-memory "
+             "attach on this communicator",
              comm->rank, r, (int)comm->peers[r].pid, n < 0 ? strerror(errno) : "wrote none");
         *write_ok = 0;
     }
@@ -540,7 +546,8 @@ static chorusResult_t window_map(chorusComm_t comm)
     /* Every peer's window has had each page read once here (shm_segment_map). */
     /* Instead of a barrier: once every rank has answered, every window is mapped (or none is
      * used), every probe opened; the names and probes can go. */
-    CHECK_GOTO(all_agree(comm, mapped | zc_ok << 1 | cma_ok << 2, &all), res, out);
+    CHECK_GOTO(all_agree(comm, mapped | zc_ok << 1 | cma_ok << 2 | cma_write_ok << 3, &all), res,
+               out);
     for (int r = 0; r < n && (all & 1); r++)
         all &= cards[r].name[0] != '\0' ? ~0 : ~1;
     if (all & 1) {
@@ -630,8 +637,11 @@ out:
         (all & 4) && comm->cma_adapt ? &comm->cma_plan : NULL,
         (size_t)comm->zc_arpush_min,
         &comm->zc_allreduce_pushed,
-        (all & 4) && cma_write_ok ? cma_write : NULL,
-        &comm->cma_writes};
+        (all & 4) && (all & 8) ? cma_write : NULL,
+        &comm->cma_writes,
+        comm->over || comm->params.cma_min == 0 || !cma_pays_all ? 0
+        : comm->params.cma_min > CMA_ALLREDUCE_MIN_NBYTES        ? (size_t)comm->params.cma_min
+                                                                 : CMA_ALLREDUCE_MIN_NBYTES};
     if (comm->win_view.cma_adapt != NULL)
         direct_adapt_init(&comm->cma_plan, cma_pays_all, comm->cma_adapt == 2);
     /* From here the tuner prices one-shot broadcasts by cross-memory attach where they run so

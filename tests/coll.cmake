@@ -193,6 +193,25 @@ if(MPI_C_FOUND)
             -x CHORUS_CMA_MIN=0
             $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma off)
 endif()
+# Two-shot all-reduces by cross-memory attach (direct.c allreduce_cma: each rank reads its part
+# of every input, reduces, and writes it into every output), CHORUS_CMA_MIN set so it is on
+# untimed: 2 processes; 3 processes and 3 threads with a 32-core topology file, so the ranks do not
+# outnumber the cores (on 2 cores it is off); 140001 elements give parts of unequal length.
+# --cma-writes: unless some rank wrote into a peer's output (also the broadcast's split).
+if(MPI_C_FOUND)
+  chorus_add_test(NAME coll_cma_allreduce_mpi_2 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=twoshot
+            -x CHORUS_CMA_MIN=16384
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000,140001 --cma on --cma-writes)
+  chorus_add_test(NAME coll_cma_allreduce_mpi_3 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3 -x CHORUS_ALGO=twoshot
+            -x CHORUS_CMA_MIN=16384 -x CHORUS_TOPO_FILE=${CMAKE_CURRENT_SOURCE_DIR}/data/topo_dgx.xml
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140001 --cma on --cma-writes)
+endif()
+chorus_add_test(NAME coll_cma_allreduce_threads_3 TIMEOUT 300
+  COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140001 --cma on --cma-writes
+  ENV CHORUS_ALGO=twoshot CHORUS_CMA_MIN=16384
+      CHORUS_TOPO_FILE=${CMAKE_CURRENT_SOURCE_DIR}/data/topo_dgx.xml)
 chorus_add_test(NAME coll_cma_threads_2 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,1031,140000 --cma on
           --cma-writes
