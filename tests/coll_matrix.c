@@ -204,7 +204,7 @@ typedef struct ctx {
     long zc_pushes; /* inputs this rank wrote into peers' outputs (all-gather push) */
     long zc_ar_pushed; /* all-reduces this rank ran by push */
     long cma_reads; /* peers' inputs this rank read by cross-memory attach */
-    long cma_writes; /* peers' outputs this rank wrote part of so (in-place broadcast roots) */
+    long cma_writes; /* peers' outputs this rank wrote (into) by cross-memory attach */
     long cma_on; /* 1: this rank's communicator has cross-memory attach on */
     long cma_adapt; /* 1: its all-gathers choose their path at run time (CHORUS_CMA_ADAPT) */
     long cma_switches; /* plans it took up that changed the path of some size */
@@ -247,15 +247,15 @@ static void dev_out(ctx_t *c)
 #define CALL(c, call) (call)
 #endif
 
-/* --cma on|off: fail unless some rank read a peer's input by cross-memory attach (on), or if
- * one did (off); auto (2): every rank's communicator has it on, and some rank read by it, or every
- * rank's has it off, and none did (CHORUS_CMA_MIN unset: window.c's timing chose); adapt (3):
- * every rank's all-gathers choose their path at run time, every rank took up the same number of
- * plans that switched a path, more than one, and some rank read by cross-memory attach
+/* --cma on|off: fail unless some rank read or wrote a peer's memory by cross-memory attach (on),
+ * or if one did (off); auto (2): every rank's communicator has it on, and some rank used it, or
+ * every rank's has it off, and none did (CHORUS_CMA_MIN unset: window.c's timing chose); adapt
+ * (3): every rank's all-gathers choose their path at run time, every rank took up the same number
+ * of plans that switched a path, more than one, and some rank used cross-memory attach
  * (CHORUS_CMA_ADAPT=2 switches at every chance); -1: not asked. */
 static int cma_mode = -1;
-/* --cma-writes: fail unless some broadcast root wrote part of its data into the others' outputs
- * by cross-memory attach (direct.c broadcast_cma); --cma off fails if one did. */
+/* --cma-writes: fail unless some rank wrote into a peer's output by cross-memory attach (direct.c:
+ * all-gathers, in-place broadcasts' roots, two-shot all-reduces); --cma off fails if one did. */
 static int cma_writes_wanted;
 /* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
 static int memalloc_mode;
@@ -682,14 +682,14 @@ int main(int argc, char **argv)
                 "               outputs (none did; CHORUS_ZCOPY_ALLGATHER_MIN)\n"
                 "  --zc-allreduce-push  fails unless some all-reduce ran by push into the\n"
                 "               outputs (none did; CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN)\n"
-                "  --cma on|off fails unless some rank read a peer's input by cross-memory\n"
-                "               attach (on), or if one did (off); auto: every rank's\n"
-                "               communicator agreed on it (on: some rank read by it; off:\n"
-                "               none did); adapt: every rank's all-gathers chose their\n"
+                "  --cma on|off fails unless some rank read or wrote a peer's memory by\n"
+                "               cross-memory attach (on), or if one did (off); auto: every\n"
+                "               rank's communicator agreed on it (on: some rank used it;\n"
+                "               off: none did); adapt: every rank's all-gathers chose their\n"
                 "               path at run time and switched it alike, more than once\n"
-                "               (CHORUS_CMA_ADAPT=2), and some rank read by it\n"
-                "  --cma-writes fails unless some broadcast root wrote part of its data into\n"
-                "               the others' outputs by cross-memory attach (in place)\n"
+                "               (CHORUS_CMA_ADAPT=2), and some rank used it\n"
+                "  --cma-writes fails unless some rank wrote into a peer's output by\n"
+                "               cross-memory attach\n"
                 "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                 "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
                 "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
@@ -828,24 +828,26 @@ int main(int argc, char **argv)
     failures += vote_failed(me, "allgather", zc_ag_vote, zc_pushes);
     failures += vote_failed(me, "allreduce-push", zc_arp_vote, zc_ar_pushed);
     /* --zc-allreduce lost: the ring's fallback is the point; other calls need not read in place */
+    long cma_moved = cma_reads + cma_writes; /* peers' memory read or written by the attach */
     if (cma_mode == 2 && nranks_g > 1 &&
-        ((cma_on != 0 && cma_on != nranks_g) || (cma_on != 0) != (cma_reads != 0))) {
+        ((cma_on != 0 && cma_on != nranks_g) || (cma_on != 0) != (cma_moved != 0))) {
         if (me == 0)
             printf("FAIL --cma auto: %ld of %d ranks have cross-memory attach on, %ld peers' "
-                   "inputs read by it (every rank must agree, and read by it only if on)\n",
-                   cma_on, nranks_g, cma_reads);
+                   "inputs read and %ld outputs written by it (every rank must agree, and use it "
+                   "only if on)\n",
+                   cma_on, nranks_g, cma_reads, cma_writes);
         failures++;
     } else if (cma_mode == 3 && nranks_g > 1 &&
-               (adapt[0] != nranks_g || adapt[1] != adapt[2] || adapt[1] < 2 || cma_reads == 0)) {
+               (adapt[0] != nranks_g || adapt[1] != adapt[2] || adapt[1] < 2 || cma_moved == 0)) {
         if (me == 0)
             printf("FAIL --cma adapt: %ld of %d ranks choose all-gather paths at run time, "
                    "switching them %ld to %ld times (every rank must, alike, more than once), "
-                   "%ld peers' inputs read by cross-memory attach (CHORUS_CMA_ADAPT=2, "
-                   "CHORUS_CMA_MIN unset)\n",
-                   adapt[0], nranks_g, adapt[1], adapt[2], cma_reads);
+                   "%ld peers' inputs read and %ld outputs written by cross-memory attach "
+                   "(CHORUS_CMA_ADAPT=2, CHORUS_CMA_MIN unset)\n",
+                   adapt[0], nranks_g, adapt[1], adapt[2], cma_reads, cma_writes);
         failures++;
     } else if (cma_mode == 0 || cma_mode == 1) {
-        if (nranks_g > 1 && (cma_mode ? cma_reads == 0 : cma_reads + cma_writes != 0)) {
+        if (nranks_g > 1 && (cma_mode ? cma_moved == 0 : cma_moved != 0)) {
             if (me == 0)
                 printf("FAIL --cma %s: %ld peers' inputs read and %ld outputs written by "
                        "cross-memory attach (summed over the ranks; CHORUS_CMA_MIN, CHORUS_ALGO, "
@@ -856,9 +858,9 @@ int main(int argc, char **argv)
     }
     if (cma_writes_wanted && nranks_g > 1 && cma_writes == 0) {
         if (me == 0)
-            printf("FAIL --cma-writes: no broadcast root wrote into a peer's output by "
-                   "cross-memory attach (in-place broadcasts of 64 KiB and more, CHORUS_CMA_MIN, "
-                   "ranks not outnumbering cores)\n");
+            printf("FAIL --cma-writes: no rank wrote into a peer's output by cross-memory "
+                   "attach (all-gathers, in-place broadcasts of 64 KiB and more, two-shot "
+                   "all-reduces; CHORUS_CMA_MIN, ranks not outnumbering cores)\n");
         failures++;
     }
     if (memalloc_mode && nranks_g > 1 && zc_reads == 0 && zc_vote != 0) {
@@ -878,7 +880,8 @@ int main(int argc, char **argv)
         if (memalloc_mode)
             printf(", %ld pieces read in place", zc_reads);
         if (cma_mode >= 0)
-            printf(", %ld inputs read by cross-memory attach", cma_reads);
+            printf(", %ld inputs read and %ld outputs written by cross-memory attach", cma_reads,
+                   cma_writes);
         if (cma_mode == 2)
             printf(" (on at %ld of %d ranks)", cma_on, nranks_g);
         if (cma_mode == 3)
