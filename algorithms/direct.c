@@ -27,6 +27,11 @@
  * rank then waits, before it returns, until every peer's done flag shows the call's last piece
  * read. Ranks decide this each for itself, so buffers of both kinds mix in one call.
  *
+ * Cross-memory attach (direct_view_t.cma_read, cma_write; window.c): where the setup found that
+ * process_vm_readv/writev pays, all-gathers, broadcasts and two-shot all-reduces move data
+ * between the ranks' own buffers (any memory) in one flag round, no window buffer between
+ * (allgather_cma, broadcast_cma, allreduce_cma).
+ *
  * The flags, waits, LL words, tagged lines and zero-copy steps these are written with live in
  * direct_win.c.
  *

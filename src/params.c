@@ -103,11 +103,14 @@ static const param_def_t param_table[] = {
      "node-local windows instead of send/recv; 0: never (the default, unless ranks outnumber "
      "cores: then 1M)"},
     {"CHORUS_CMA_MIN", PT_BYTES, "16K", 0, BIG, OFF(cma_min),
-     "one-host all-gathers of at least this many bytes a rank, and broadcasts of at least this "
-     "many and 64 KiB where the ranks do not outnumber the cores, read each peer's input (the "
-     "root's) where it lies, any memory, with process_vm_readv (Linux cross-memory attach: one "
-     "copy where the window takes two; in place, a broadcast's root writes about 1/n into the "
-     "others' outputs meanwhile); 0: never; unset: each communicator's setup times it "
+     "one-host all-gathers of at least this many bytes a rank, and where the ranks do not "
+     "outnumber the cores broadcasts of at least this many and 64 KiB and two-shot all-reduces "
+     "of at least this many and 16 KiB, move data between the ranks' own buffers, any memory, "
+     "with process_vm_readv and process_vm_writev (Linux cross-memory attach: one copy where the "
+     "window takes two; all-gathers write each input into the others' outputs, broadcasts read "
+     "the root's input while it writes about 1/n of it into each output in place, all-reduces "
+     "read each part of the inputs and write its sum into every output); 0: never; unset: each "
+     "communicator's setup times it "
      "against the window's copies and leaves it off where it loses, and all-gathers choose "
      "again at run time (CHORUS_CMA_ADAPT)"},
     {"CHORUS_CMA_ADAPT", PT_INT, "1", 0, 2, OFF(cma_adapt),
