@@ -321,13 +321,17 @@ typedef struct direct_view {
     uint64_t *zc_arpushed; /* all-reduces run so (tests look) */
     /* Cross-memory attach the other way, NULL where off or where some rank cannot write some
      * peer's memory (alike on every rank): nbytes from src into rank r's memory at addr.
-     * In-place broadcasts' roots write a part of the data into the others' outputs, and
-     * two-shot all-reduces each rank's reduced part (direct.c broadcast_cma, allreduce_cma). */
+     * All-gathers write each rank's input, in-place broadcasts' roots a part of the data, and
+     * two-shot all-reduces each rank's reduced part into the others' outputs (direct.c
+     * allgather_cma, broadcast_cma, allreduce_cma). */
     chorusResult_t (*cma_write)(void *arg, int r, uint64_t addr, const void *src, size_t nbytes);
-    uint64_t *cma_writes; /* outputs this rank wrote into so (tests look) */
+    uint64_t *cma_writes; /* outputs this rank wrote into so, CMA_W_KINDS counts (tests look) */
     size_t cma_ar_min_nbytes; /* two-shot all-reduces from this size run by cross-memory attach
                                * (direct.c allreduce_cma); 0: never */
 } direct_view_t;
+
+/* direct_view_t.cma_writes[]: which collective wrote into peers' outputs. */
+enum { CMA_W_ALLGATHER, CMA_W_BROADCAST, CMA_W_ALLREDUCE, CMA_W_KINDS };
 
 /* The direct program for a.kind: all-reduce one-shot or two-shot (twoshot), broadcast, reduce,
  * all-gather, reduce-scatter. Runs on the caller's thread; waits use p's wait context. */

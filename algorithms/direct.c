@@ -220,7 +220,7 @@ static chorusResult_t allreduce_cma(prims_t *p, const direct_view_t *v, const co
         CHECK(v->cma_write(v->zc_arg, r, at_out[r] + poff * es, out + poff * es, plen * es));
     }
     (*v->cma_reads) += (uint64_t)(n - 1);
-    (*v->cma_writes) += (uint64_t)(n - 1);
+    v->cma_writes[CMA_W_ALLREDUCE] += (uint64_t)(n - 1);
     direct_piece_done(v, s, 0);
     return direct_zc_release(p, v, s);
 }
@@ -338,7 +338,7 @@ static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const co
             memcpy(&out, hdr(v, r)->ready[s & 1].payload, sizeof(out));
             CHECK(v->cma_write(v->zc_arg, r, out.addr + (nbytes - tail),
                                (const char *)a->sendbuff + (nbytes - tail), tail));
-            (*v->cma_writes)++;
+            v->cma_writes[CMA_W_BROADCAST]++;
         }
         direct_piece_done(v, s, 0);
         return direct_zc_release(p, v, s);
@@ -520,7 +520,7 @@ static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v, const co
             CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
             memcpy(&where, hdr(v, r)->ready[s & 1].payload, sizeof(where));
             CHECK(v->cma_write(v->zc_arg, r, where.addr + (size_t)me * nbytes, in, nbytes));
-            (*v->cma_writes)++;
+            v->cma_writes[CMA_W_ALLGATHER]++;
         }
         direct_piece_done(v, s, 0);
         return direct_zc_release(p, v, s);

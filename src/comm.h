@@ -151,7 +151,8 @@ struct chorusComm {
     uint64_t zc_pushes; /* inputs written straight into peers' chorusMemAlloc outputs (direct.c) */
     uint64_t zc_allreduce_pushed; /* all-reduces run by push (direct.c; tests look) */
     uint64_t cma_reads; /* peers' inputs read where they lie with process_vm_readv (direct.c) */
-    uint64_t cma_writes; /* peers' outputs a broadcast root wrote part of (process_vm_writev) */
+    /* peers' outputs written by process_vm_writev, by what wrote them (algo.h CMA_W_*) */
+    uint64_t cma_writes[CMA_W_KINDS];
     uint64_t cma_cookie; /* read by the peers at window setup: may they read this process? */
     int64_t cma_adapt; /* CHORUS_CMA_ADAPT as taken: 0 where CHORUS_CMA_MIN is set, and
                         * where the machine's ranks outnumber its cores unless it is set */

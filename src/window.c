@@ -14,13 +14,14 @@
  * communicator (the least recently used goes first), until destroy; writable, as all-gathers
  * write into peers' chorusMemAlloc outputs (direct.c allgather_push).
  *
- * Cross-memory attach (CHORUS_CMA_MIN; direct.c's all-gather and broadcast): a peer copies a rank's
- * input straight from its memory, malloc'd or not, with process_vm_readv (ranks of one process: by
- * address). That needs the kernel to let every rank read every other (same user; no seccomp or
- * Yama rule against it): the same exchange carries each rank's address of a cookie, every other
- * reads it so, and it is on only where all could. Where CHORUS_CMA_MIN is unset, every rank
- * also times it against the window's copies once (cma_pays) and it stays on only where no rank
- * found it slower.
+ * Cross-memory attach (CHORUS_CMA_MIN; direct.c's all-gather, broadcast and two-shot all-reduce):
+ * a rank copies straight between its memory and a peer's, malloc'd or not, with process_vm_readv
+ * and process_vm_writev (ranks of one process: by address). That needs the kernel to let every
+ * rank read every other (same user; no seccomp or Yama rule against it): the same exchange
+ * carries each rank's address of a cookie, every other reads it so (and writes it back: the
+ * writes need every rank able to), and it is on only where all could. Where CHORUS_CMA_MIN is
+ * unset, every rank also times it against the window's copies once (cma_pays) and it stays on
+ * only where the least time over the ranks is the attach's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -250,14 +251,15 @@ static int cma_probe(chorusComm_t comm, int r, const window_card_t *card, int *w
              n < 0 ? strerror(errno) : "it read something else");
         return 0;
     }
-    /* And write it: the cookie again, the value it holds (broadcasts' roots and two-shot
-     * all-reduces write into the others' outputs, direct.c; every rank must be able to). */
+    /* And write it: the cookie again, the value it holds (all-gathers, broadcasts' roots and
+     * two-shot all-reduces write into the others' outputs, direct.c; every rank must be able
+     * to). */
     n = process_vm_writev((pid_t)comm->peers[r].pid, &local, 1, &remote, 1, 0);
     if (n != (ssize_t)sizeof(got)) {
         INFO(SUB_INIT,
              "cross-memory attach: rank %d cannot write rank %d's memory (pid %d) with "
-             "process_vm_writev (%s); broadcasts and all-reduces do not write by cross-memory "
-             "attach on this communicator",
+             "process_vm_writev (%s); collectives do not write by cross-memory attach on this "
+             "communicator (all-gathers read instead)",
              comm->rank, r, (int)comm->peers[r].pid, n < 0 ? strerror(errno) : "wrote none");
         *write_ok = 0;
     }
@@ -638,7 +640,7 @@ out:
         (size_t)comm->zc_arpush_min,
         &comm->zc_allreduce_pushed,
         (all & 4) && (all & 8) ? cma_write : NULL,
-        &comm->cma_writes,
+        comm->cma_writes,
         comm->over || comm->params.cma_min == 0 || !cma_pays_all ? 0
         : comm->params.cma_min > CMA_ALLREDUCE_MIN_NBYTES        ? (size_t)comm->params.cma_min
                                                                  : CMA_ALLREDUCE_MIN_NBYTES};

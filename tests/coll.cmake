@@ -151,25 +151,28 @@ foreach(algo oneshot twoshot)
 endforeach()
 
 # Cross-memory attach (direct.c: all-gathers from CHORUS_CMA_MIN a rank, broadcasts from 64 KiB
-# where ranks do not outnumber cores, read each peer's input where it lies with process_vm_readv;
-# ranks of one process read it by address): malloc'd buffers as processes, 2 ranks (all-gather and
+# where ranks do not outnumber cores, move data between the ranks' own buffers with
+# process_vm_readv and process_vm_writev; ranks of one process copy by address): malloc'd buffers
+# as processes, 2 ranks (all-gather and
 # broadcast) and 3 (all-gather; CHORUS_CMA_MIN lowered to 4 KiB so 1031 elements of 4 bytes and
 # more take it too); chorusMemAlloc on even ranks (even: zero-copy refs and addresses in one call);
-# threads; and CHORUS_CMA_MIN=0, where none may. Each fails unless some rank read by it (on), or
-# if one did (off); --cma-writes (2 ranks, processes and threads): unless some in-place
-# broadcast's root wrote its share into the others' outputs. CHORUS_CMA_MIN set keeps it on (unset, window.c times it against the window's
+# threads; and CHORUS_CMA_MIN=0, where none may. Each fails unless some rank used it (on), or
+# if one did (off); --cma-writes allgather,broadcast (2 ranks, processes and threads): unless
+# some all-gather wrote into the others' outputs, and some in-place broadcast's root its share.
+# CHORUS_CMA_MIN set keeps it on (unset, window.c times it against the window's
 # copies and it is off where it loses, as on the AMD VM of 2026-12-06); coll_cma_auto_mpi_* leave
 # it unset, with CHORUS_CMA_ADAPT=0 (all-gathers keep the setup's answer), and fail unless every
-# rank agreed, and read by it exactly when on. coll_cma_adapt_*: all-gathers choose their path at
+# rank agreed, and used it exactly when on. coll_cma_adapt_*: all-gathers choose their path at
 # run time (algorithms/direct_adapt.c), CHORUS_CMA_ADAPT=2 turning every size the other way at
 # every chance, with 60 all-gathers back to back after the matrix; each fails unless every rank
-# took up the same plans (more than one) and read by cross-memory attach, and every result is
+# took up the same plans (more than one) and used cross-memory attach, and every result is
 # right (with plans published a call later than they hold, they were not: 111-121 wrong checks).
 if(MPI_C_FOUND)
   chorus_add_test(NAME coll_cma_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=oneshot
             -x CHORUS_CMA_MIN=16384
-            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --cma on --cma-writes)
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --cma on
+            --cma-writes allgather,broadcast)
   foreach(np 2 3)
     chorus_add_test(NAME coll_cma_auto_mpi_${np} TIMEOUT 300
       COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${np}
@@ -197,24 +200,27 @@ endif()
 # of every input, reduces, and writes it into every output), CHORUS_CMA_MIN set so it is on
 # untimed: 2 processes; 3 processes and 3 threads with a 32-core topology file, so the ranks do not
 # outnumber the cores (on 2 cores it is off); 140001 elements give parts of unequal length.
-# --cma-writes: unless some rank wrote into a peer's output (also the broadcast's split).
+# --cma-writes allreduce: unless some all-reduce wrote into a peer's output.
 if(MPI_C_FOUND)
   chorus_add_test(NAME coll_cma_allreduce_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 -x CHORUS_ALGO=twoshot
             -x CHORUS_CMA_MIN=16384
-            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000,140001 --cma on --cma-writes)
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000,140001 --cma on
+            --cma-writes allreduce)
   chorus_add_test(NAME coll_cma_allreduce_mpi_3 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3 -x CHORUS_ALGO=twoshot
             -x CHORUS_CMA_MIN=16384 -x CHORUS_TOPO_FILE=${CMAKE_CURRENT_SOURCE_DIR}/data/topo_dgx.xml
-            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140001 --cma on --cma-writes)
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140001 --cma on
+            --cma-writes allreduce)
 endif()
 chorus_add_test(NAME coll_cma_allreduce_threads_3 TIMEOUT 300
-  COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140001 --cma on --cma-writes
+  COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140001 --cma on
+          --cma-writes allreduce
   ENV CHORUS_ALGO=twoshot CHORUS_CMA_MIN=16384
       CHORUS_TOPO_FILE=${CMAKE_CURRENT_SOURCE_DIR}/data/topo_dgx.xml)
 chorus_add_test(NAME coll_cma_threads_2 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,1031,140000 --cma on
-          --cma-writes
+          --cma-writes allgather,broadcast
   ENV CHORUS_ALGO=oneshot)
 chorus_add_test(NAME coll_cma_adapt_threads_2 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,140000 --cma adapt

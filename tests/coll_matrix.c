@@ -204,7 +204,8 @@ typedef struct ctx {
     long zc_pushes; /* inputs this rank wrote into peers' outputs (all-gather push) */
     long zc_ar_pushed; /* all-reduces this rank ran by push */
     long cma_reads; /* peers' inputs this rank read by cross-memory attach */
-    long cma_writes; /* peers' outputs this rank wrote (into) by cross-memory attach */
+    long cma_writes[CMA_W_KINDS]; /* peers' outputs this rank wrote by cross-memory attach, by
+                                   * collective (algo.h CMA_W_*) */
     long cma_on; /* 1: this rank's communicator has cross-memory attach on */
     long cma_adapt; /* 1: its all-gathers choose their path at run time (CHORUS_CMA_ADAPT) */
     long cma_switches; /* plans it took up that changed the path of some size */
@@ -254,9 +255,11 @@ static void dev_out(ctx_t *c)
  * of plans that switched a path, more than one, and some rank used cross-memory attach
  * (CHORUS_CMA_ADAPT=2 switches at every chance); -1: not asked. */
 static int cma_mode = -1;
-/* --cma-writes: fail unless some rank wrote into a peer's output by cross-memory attach (direct.c:
- * all-gathers, in-place broadcasts' roots, two-shot all-reduces); --cma off fails if one did. */
-static int cma_writes_wanted;
+/* --cma-writes K,...: fail unless, for each collective listed (allgather, broadcast: in-place
+ * roots, allreduce: two-shot), some rank wrote into a peer's output by cross-memory attach
+ * (direct.c); bit CMA_W_* set: asked. --cma off fails if any did. */
+static unsigned cma_writes_wanted;
+static const char *const cma_w_names[CMA_W_KINDS] = {"allgather", "broadcast", "allreduce"};
 /* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
 static int memalloc_mode;
 /* --zc-allreduce: -1 not checked, 1 some all-reduce must win the zero-copy vote, 0 none may. */
@@ -269,6 +272,23 @@ static int zc_rs_vote = -1;
 static int zc_ag_vote = -1;
 /* --zc-allreduce-push: 1 some all-reduce must run by push, 0 none may. */
 static int zc_arp_vote = -1;
+
+/* arg is a comma list of cma_w_names: their bits in *mask, and 1; else 0. */
+static int cma_writes_arg(const char *arg, unsigned *mask)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", arg);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        int k = 0;
+        while (k < CMA_W_KINDS && strcmp(tok, cma_w_names[k]) != 0)
+            k++;
+        if (k == CMA_W_KINDS)
+            return 0;
+        *mask |= 1u << k;
+    }
+    return *mask != 0;
+}
 
 /* argv[*i] is name followed by won or lost: *vote 1 or 0, *i past both, and 1; else 0. */
 static int won_lost_arg(int argc, char **argv, int *i, const char *name, int *vote)
@@ -528,7 +548,8 @@ static void run_matrix(ctx_t *c)
     c->zc_pushes = (long)c->comm->zc_pushes;
     c->zc_ar_pushed = (long)c->comm->zc_allreduce_pushed;
     c->cma_reads = (long)c->comm->cma_reads;
-    c->cma_writes = (long)c->comm->cma_writes;
+    for (int k = 0; k < CMA_W_KINDS; k++)
+        c->cma_writes[k] = (long)c->comm->cma_writes[k];
     c->cma_on = c->comm->win_view.cma_read != NULL;
     c->cma_adapt = c->comm->win_view.cma_adapt != NULL;
     c->cma_switches = c->cma_adapt ? (long)c->comm->cma_plan.switches : 0;
@@ -559,7 +580,7 @@ static void *thread_main(void *arg)
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
 static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
                     long *rswon_p, long *push_p, long *cma_p, long *cma_on_p, long adapt_p[3],
-                    long *arpush_p, long *cma_writes_p, int *me_p)
+                    long *arpush_p, long cma_writes_p[CMA_W_KINDS], int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -578,11 +599,14 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[11] = {c.failures,     c.checks,       c.zc_reads,  c.zc_won,
-                        c.zc_bcast_won, c.zc_rs_won,    c.cma_reads, c.cma_on,
-                        c.zc_pushes,    c.zc_ar_pushed, c.cma_writes};
+    int64_t sums[10 + CMA_W_KINDS] = {c.failures,     c.checks,      c.zc_reads,  c.zc_won,
+                                      c.zc_bcast_won, c.zc_rs_won,   c.cma_reads, c.cma_on,
+                                      c.zc_pushes,    c.zc_ar_pushed};
+    for (int k = 0; k < CMA_W_KINDS; k++)
+        sums[10 + k] = c.cma_writes[k];
     int64_t adapt[3] = {c.cma_adapt, -c.cma_switches, c.cma_switches}; /* sum, -min, max */
-    if (call_ok(&c, chorusAllReduce(sums, sums, 11, chorusInt64, chorusSum, comm, NULL),
+    if (call_ok(&c,
+                chorusAllReduce(sums, sums, 10 + CMA_W_KINDS, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts") &&
         call_ok(&c, chorusAllReduce(adapt, adapt, 1, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the all-gather plans") &&
@@ -601,7 +625,8 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
         *cma_on_p = (long)sums[7];
         *push_p = (long)sums[8];
         *arpush_p = (long)sums[9];
-        *cma_writes_p = (long)sums[10];
+        for (int k = 0; k < CMA_W_KINDS; k++)
+            cma_writes_p[k] = (long)sums[10 + k];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -657,8 +682,9 @@ int main(int argc, char **argv)
             cma_mode = strcmp(argv[i], "adapt") == 0  ? 3
                        : strcmp(argv[i], "auto") == 0 ? 2
                                                       : strcmp(argv[i], "on") == 0;
-        } else if (strcmp(argv[i], "--cma-writes") == 0) {
-            cma_writes_wanted = 1;
+        } else if (strcmp(argv[i], "--cma-writes") == 0 && i + 1 < argc &&
+                   cma_writes_arg(argv[i + 1], &cma_writes_wanted)) {
+            i++;
         } else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
                    (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
             memalloc_mode = strcmp(argv[++i], "all") == 0 ? 1 : 2;
@@ -669,7 +695,7 @@ int main(int argc, char **argv)
                 "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
                 "          [--zc-reducescatter won|lost] [--zc-allgather won|lost]\n"
                 "          [--zc-allreduce-push won|lost]\n"
-                "          [--cma on|off|auto|adapt] [--cma-writes] [--driver PATH]\n"
+                "          [--cma on|off|auto|adapt] [--cma-writes K,...] [--driver PATH]\n"
                 "  --threads N  N ranks as threads of this process\n"
                 "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                 "               unless a rank read a peer's buffer in place (zero-copy)\n"
@@ -688,7 +714,8 @@ int main(int argc, char **argv)
                 "               off: none did); adapt: every rank's all-gathers chose their\n"
                 "               path at run time and switched it alike, more than once\n"
                 "               (CHORUS_CMA_ADAPT=2), and some rank used it\n"
-                "  --cma-writes fails unless some rank wrote into a peer's output by\n"
+                "  --cma-writes fails unless, for each of K (allgather, broadcast,\n"
+                "               allreduce), some rank wrote into a peer's output by\n"
                 "               cross-memory attach\n"
                 "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                 "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
@@ -710,7 +737,8 @@ int main(int argc, char **argv)
     }
 #endif
     long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0, zc_rs_won = 0,
-         zc_pushes = 0, cma_reads = 0, cma_on = 0, zc_ar_pushed = 0, cma_writes = 0;
+         zc_pushes = 0, cma_reads = 0, cma_on = 0, zc_ar_pushed = 0;
+    long cma_writes[CMA_W_KINDS] = {0};
     long adapt[3] = {0, LONG_MAX, 0}; /* ranks choosing all-gather paths; least, most switches */
     int me = 0;
     if (threads > 0) {
@@ -739,7 +767,8 @@ int main(int argc, char **argv)
             zc_pushes += ctx[i].zc_pushes;
             zc_ar_pushed += ctx[i].zc_ar_pushed;
             cma_reads += ctx[i].cma_reads;
-            cma_writes += ctx[i].cma_writes;
+            for (int k = 0; k < CMA_W_KINDS; k++)
+                cma_writes[k] += ctx[i].cma_writes[k];
             cma_on += ctx[i].cma_on;
             adapt[0] += ctx[i].cma_adapt;
             adapt[1] = ctx[i].cma_switches < adapt[1] ? ctx[i].cma_switches : adapt[1];
@@ -751,7 +780,7 @@ int main(int argc, char **argv)
         free(comms_g);
     } else if (env) {
         if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &zc_pushes,
-                     &cma_reads, &cma_on, adapt, &zc_ar_pushed, &cma_writes, &me) != 0)
+                     &cma_reads, &cma_on, adapt, &zc_ar_pushed, cma_writes, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -811,7 +840,7 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.zc_pushes, &zc_pushes, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.zc_ar_pushed, &zc_ar_pushed, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_reads, &cma_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-        MPI_Allreduce(&c.cma_writes, &cma_writes, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(c.cma_writes, cma_writes, CMA_W_KINDS, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_on, &cma_on, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_adapt, &adapt[0], 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_switches, &adapt[1], 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
@@ -828,14 +857,17 @@ int main(int argc, char **argv)
     failures += vote_failed(me, "allgather", zc_ag_vote, zc_pushes);
     failures += vote_failed(me, "allreduce-push", zc_arp_vote, zc_ar_pushed);
     /* --zc-allreduce lost: the ring's fallback is the point; other calls need not read in place */
-    long cma_moved = cma_reads + cma_writes; /* peers' memory read or written by the attach */
+    long cma_written = 0; /* peers' outputs written by the attach, every collective */
+    for (int k = 0; k < CMA_W_KINDS; k++)
+        cma_written += cma_writes[k];
+    long cma_moved = cma_reads + cma_written; /* peers' memory read or written by the attach */
     if (cma_mode == 2 && nranks_g > 1 &&
         ((cma_on != 0 && cma_on != nranks_g) || (cma_on != 0) != (cma_moved != 0))) {
         if (me == 0)
             printf("FAIL --cma auto: %ld of %d ranks have cross-memory attach on, %ld peers' "
                    "inputs read and %ld outputs written by it (every rank must agree, and use it "
                    "only if on)\n",
-                   cma_on, nranks_g, cma_reads, cma_writes);
+                   cma_on, nranks_g, cma_reads, cma_written);
         failures++;
     } else if (cma_mode == 3 && nranks_g > 1 &&
                (adapt[0] != nranks_g || adapt[1] != adapt[2] || adapt[1] < 2 || cma_moved == 0)) {
@@ -844,7 +876,7 @@ int main(int argc, char **argv)
                    "switching them %ld to %ld times (every rank must, alike, more than once), "
                    "%ld peers' inputs read and %ld outputs written by cross-memory attach "
                    "(CHORUS_CMA_ADAPT=2, CHORUS_CMA_MIN unset)\n",
-                   adapt[0], nranks_g, adapt[1], adapt[2], cma_reads, cma_writes);
+                   adapt[0], nranks_g, adapt[1], adapt[2], cma_reads, cma_written);
         failures++;
     } else if (cma_mode == 0 || cma_mode == 1) {
         if (nranks_g > 1 && (cma_mode ? cma_moved == 0 : cma_moved != 0)) {
@@ -852,15 +884,18 @@ int main(int argc, char **argv)
                 printf("FAIL --cma %s: %ld peers' inputs read and %ld outputs written by "
                        "cross-memory attach (summed over the ranks; CHORUS_CMA_MIN, CHORUS_ALGO, "
                        "and CHORUS_DEBUG=INFO says whether it is on)\n",
-                       cma_mode ? "on" : "off", cma_reads, cma_writes);
+                       cma_mode ? "on" : "off", cma_reads, cma_written);
             failures++;
         }
     }
-    if (cma_writes_wanted && nranks_g > 1 && cma_writes == 0) {
+    for (int k = 0; k < CMA_W_KINDS; k++) {
+        if (!(cma_writes_wanted >> k & 1) || nranks_g < 2 || cma_writes[k] != 0)
+            continue;
         if (me == 0)
-            printf("FAIL --cma-writes: no rank wrote into a peer's output by cross-memory "
-                   "attach (all-gathers, in-place broadcasts of 64 KiB and more, two-shot "
-                   "all-reduces; CHORUS_CMA_MIN, ranks not outnumbering cores)\n");
+            printf("FAIL --cma-writes %s: no rank's %s wrote into a peer's output by cross-memory "
+                   "attach (CHORUS_CMA_MIN; broadcasts in place from 64 KiB, two-shot all-reduces "
+                   "from 16 KiB, where ranks do not outnumber cores)\n",
+                   cma_w_names[k], cma_w_names[k]);
         failures++;
     }
     if (memalloc_mode && nranks_g > 1 && zc_reads == 0 && zc_vote != 0) {
@@ -881,7 +916,7 @@ int main(int argc, char **argv)
             printf(", %ld pieces read in place", zc_reads);
         if (cma_mode >= 0)
             printf(", %ld inputs read and %ld outputs written by cross-memory attach", cma_reads,
-                   cma_writes);
+                   cma_written);
         if (cma_mode == 2)
             printf(" (on at %ld of %d ranks)", cma_on, nranks_g);
         if (cma_mode == 3)
