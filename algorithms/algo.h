@@ -157,6 +157,11 @@ typedef struct direct_hdr {
     /* Rank 0's only: the all-gathers' plan (direct_adapt.c), (first call it holds for, mod
      * 2^32) << 32 | the size classes that read by cross-memory attach from then on. */
     _Alignas(64) uint64_t cma_plan;
+    /* Cross-memory attach into and out of this rank's memory (direct.c's *_cma): the peers
+     * copying now (each counts itself in around its copy, direct_cma_copy), and the last piece
+     * this rank left with an error (direct_cma_close): no peer copies for it or earlier after. */
+    _Alignas(64) uint32_t cma_users;
+    uint64_t cma_closed;
 } direct_hdr_t;
 _Static_assert(offsetof(direct_hdr_t, sched) + sizeof(direct_sched_t) <= 4096,
                "flags, lines and sched in the window header's first page");

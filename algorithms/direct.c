@@ -210,14 +210,14 @@ static chorusResult_t allreduce_cma(prims_t *p, const direct_view_t *v, const co
             if (r == me)
                 continue;
             srcs[k] = buf(v, me, s) + (size_t)(k - 1) * slot * es;
-            CHECK(v->cma_read(v->zc_arg, r, srcs[k], at_in[r] + at, clen * es));
+            CHECK(direct_cma_copy(v, r, s, srcs[k], at_in[r] + at, clen * es, 0));
             k++;
         }
         direct_reduce_list(p, out + at, srcs, n, clen);
     }
     for (int k = 1; k < n && plen > 0; k++) {
         int r = (me + k) % n;
-        CHECK(v->cma_write(v->zc_arg, r, at_out[r] + poff * es, out + poff * es, plen * es));
+        CHECK(direct_cma_copy(v, r, s, out + poff * es, at_out[r] + poff * es, plen * es, 1));
     }
     (*v->cma_reads) += (uint64_t)(n - 1);
     v->cma_writes[CMA_W_ALLREDUCE] += (uint64_t)(n - 1);
@@ -336,8 +336,8 @@ static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const co
             mem_ref_t out;
             CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
             memcpy(&out, hdr(v, r)->ready[s & 1].payload, sizeof(out));
-            CHECK(v->cma_write(v->zc_arg, r, out.addr + (nbytes - tail),
-                               (const char *)a->sendbuff + (nbytes - tail), tail));
+            CHECK(direct_cma_copy(v, r, s, (char *)a->sendbuff + (nbytes - tail),
+                                  out.addr + (nbytes - tail), tail, 1));
             v->cma_writes[CMA_W_BROADCAST]++;
         }
         direct_piece_done(v, s, 0);
@@ -519,7 +519,8 @@ static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v, const co
             int r = (me + k) % n;
             CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
             memcpy(&where, hdr(v, r)->ready[s & 1].payload, sizeof(where));
-            CHECK(v->cma_write(v->zc_arg, r, where.addr + (size_t)me * nbytes, in, nbytes));
+            CHECK(
+                direct_cma_copy(v, r, s, (void *)in, where.addr + (size_t)me * nbytes, nbytes, 1));
             v->cma_writes[CMA_W_ALLGATHER]++;
         }
         direct_piece_done(v, s, 0);
@@ -791,23 +792,35 @@ HOT_PATH chorusResult_t direct_program(prims_t *p, const direct_view_t *v, const
     if (v->nranks > DIRECT_MAX_RANKS)
         return ERR(chorusInternalError, SUB_COLL, "direct algorithm for %d ranks (at most %d)",
                    v->nranks, DIRECT_MAX_RANKS);
+    chorusResult_t res;
     switch (a->kind) {
     case COLL_ALLREDUCE:
-        return allreduce(p, v, a, twoshot, 0);
+        res = allreduce(p, v, a, twoshot, 0);
+        break;
     case COLL_BROADCAST:
-        return broadcast(p, v, a);
+        res = broadcast(p, v, a);
+        break;
     case COLL_REDUCE:
-        return reduce(p, v, a);
+        res = reduce(p, v, a);
+        break;
     case COLL_ALLGATHER:
-        return allgather(p, v, a);
+        res = allgather(p, v, a);
+        break;
     case COLL_REDUCESCATTER:
-        return reducescatter(p, v, a);
+        res = reducescatter(p, v, a);
+        break;
     case COLL_ALLTOALL:
-        return alltoall(p, v, a);
+        res = alltoall(p, v, a);
+        break;
     default:
         return ERR(chorusInternalError, SUB_COLL, "no direct program for collective kind %d",
                    (int)a->kind);
     }
+    /* Leaving with an error (an abort, a timeout): no peer may copy into or out of this rank's
+     * buffers by cross-memory attach once it returns. */
+    if (res != chorusSuccess && v->cma_read != NULL)
+        direct_cma_close(v, *v->seq);
+    return res;
 }
 
 chorusResult_t direct_zc_vote(prims_t *p, const direct_view_t *v, const coll_args_t *a, int *won_p)

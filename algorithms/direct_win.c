@@ -682,7 +682,7 @@ chorusResult_t direct_read_where(prims_t *p, const direct_view_t *v, int r, uint
     mem_ref_t where;
     memcpy(&where, f->payload, sizeof(where));
     if (where.id == DIRECT_REF_CMA) {
-        CHECK(v->cma_read(v->zc_arg, r, dst, where.addr, nbytes));
+        CHECK(direct_cma_copy(v, r, s, dst, where.addr, nbytes, 0));
         (*v->cma_reads)++;
         return chorusSuccess;
     }
@@ -772,4 +772,44 @@ HOT_PATH void direct_reduce_list(prims_t *p, void *dst, char *const *src, int ns
     }
     if (p->divisor)
         p->ops->divide(dst, dst, count, p->dtype, p->divisor);
+}
+
+/* A peer's copy in flight is one process_vm_readv/writev or memcpy of at most a call's bytes; one
+ * stopped mid-copy (SIGSTOP) is not waited for longer than this. */
+#define DIRECT_CMA_CLOSE_NS (200LL * 1000 * 1000)
+
+/* Counted in rank r's cma_users around the copy, and the count raised before r's cma_closed is
+ * read (both sequentially consistent): either r's direct_cma_close sees this copy and waits for
+ * it, or this copy sees r gone and does not start. So a rank leaving a call with an error (an
+ * abort, a timeout) returns only once no peer touches its buffers, which the job may then free:
+ * ranks that are threads of one process copy by address, and one freed mapping would be a
+ * SIGSEGV (test_faults abort busy, two-shot all-reduces by the attach). */
+chorusResult_t direct_cma_copy(const direct_view_t *v, int r, uint64_t s, void *mine, uint64_t addr,
+                               size_t nbytes, int write)
+{
+    direct_hdr_t *h = hdr(v, r);
+    chorusResult_t res;
+    __atomic_add_fetch(&h->cma_users, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&h->cma_closed, __ATOMIC_SEQ_CST) >= s)
+        res = ERR(chorusRemoteError, SUB_COLL,
+                  "rank %d left the call (an abort or an error there) before rank %d had copied "
+                  "%s its memory",
+                  r, v->rank, write ? "into" : "out of");
+    else if (write)
+        res = v->cma_write(v->zc_arg, r, addr, mine, nbytes);
+    else
+        res = v->cma_read(v->zc_arg, r, mine, addr, nbytes);
+    __atomic_sub_fetch(&h->cma_users, 1, __ATOMIC_SEQ_CST);
+    return res;
+}
+
+void direct_cma_close(const direct_view_t *v, uint64_t s)
+{
+    direct_hdr_t *h = hdr(v, v->rank);
+    if (__atomic_load_n(&h->cma_closed, __ATOMIC_RELAXED) < s)
+        __atomic_store_n(&h->cma_closed, s, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    int64_t end = fifo_now_ns() + DIRECT_CMA_CLOSE_NS;
+    while (__atomic_load_n(&h->cma_users, __ATOMIC_SEQ_CST) != 0 && fifo_now_ns() < end)
+        fifo_yield();
 }

@@ -167,5 +167,12 @@ chorusResult_t direct_out_of(const direct_view_t *v, int r, const fifo_flag_t *f
 void direct_publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, size_t off);
 /* dst = src[0] op src[1] op ... in the given order; avg's division when final. */
 void direct_reduce_list(prims_t *p, void *dst, char *const *src, int nsrc, size_t count);
+/* Copy nbytes by cross-memory attach between this rank's memory at mine and rank r's at addr
+ * (write: into r's) for piece s; an error where r has left piece s (direct_cma_close). */
+chorusResult_t direct_cma_copy(const direct_view_t *v, int r, uint64_t s, void *mine, uint64_t addr,
+                               size_t nbytes, int write);
+/* This rank leaves piece s with an error: from now no peer copies into or out of its memory for
+ * it, and the copies under way end first (waited for at most DIRECT_CMA_CLOSE_NS). */
+void direct_cma_close(const direct_view_t *v, uint64_t s);
 
 #endif /* CHORUS_DIRECT_WIN_H */
