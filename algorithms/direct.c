@@ -197,8 +197,7 @@ static chorusResult_t allreduce_cma(prims_t *p, const direct_view_t *v, const co
     direct_publish_ready(v, s, &where, 0);
     for (int k = 1; k < n; k++) {
         int r = (me + k) % n;
-        CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
-        memcpy(&where, hdr(v, r)->ready[s & 1].payload, sizeof(where));
+        CHECK(direct_ready_ref(p, v, r, s, &where));
         at_in[r] = where.addr;
         at_out[r] = where.ino;
     }
@@ -334,8 +333,7 @@ static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const co
         for (int k = 1; tail != 0 && k < n; k++) {
             int r = (root + k) % n;
             mem_ref_t out;
-            CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
-            memcpy(&out, hdr(v, r)->ready[s & 1].payload, sizeof(out));
+            CHECK(direct_ready_ref(p, v, r, s, &out));
             CHECK(direct_cma_copy(v, r, s, (char *)a->sendbuff + (nbytes - tail),
                                   out.addr + (nbytes - tail), tail, 1));
             v->cma_writes[CMA_W_BROADCAST]++;
@@ -344,9 +342,8 @@ static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const co
         return direct_zc_release(p, v, s);
     }
     direct_publish_where(v, s, NULL, a->recvbuff); /* where the root may write the tail */
-    CHECK(direct_wait_flag(p, v, root, OFF_READY(s), s, "direct window ready flag"));
     mem_ref_t where;
-    memcpy(&where, hdr(v, root)->ready[s & 1].payload, sizeof(where));
+    CHECK(direct_ready_ref(p, v, root, s, &where));
     size_t tail = where.id == DIRECT_REF_CMA ? (size_t)where.offset : 0;
     if (tail > nbytes)
         return ERR(chorusInternalError, SUB_COLL,
@@ -517,8 +514,7 @@ static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v, const co
             prims_copy_out(p, own, in, nbytes);
         for (int k = 1; k < n; k++) {
             int r = (me + k) % n;
-            CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
-            memcpy(&where, hdr(v, r)->ready[s & 1].payload, sizeof(where));
+            CHECK(direct_ready_ref(p, v, r, s, &where));
             CHECK(
                 direct_cma_copy(v, r, s, (void *)in, where.addr + (size_t)me * nbytes, nbytes, 1));
             v->cma_writes[CMA_W_ALLGATHER]++;

@@ -672,15 +672,22 @@ void direct_publish_where(const direct_view_t *v, uint64_t s, const mem_ref_t *r
     direct_publish_ready(v, s, &where, 0);
 }
 
+chorusResult_t direct_ready_ref(prims_t *p, const direct_view_t *v, int r, uint64_t s,
+                                mem_ref_t *ref)
+{
+    CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
+    memcpy(ref, hdr(v, r)->ready[s & 1].payload, sizeof(*ref));
+    return chorusSuccess;
+}
+
 /* Copy rank r's input of piece s (nbytes, published by direct_publish_where) into dst once its
  * ready flag is seen. */
 chorusResult_t direct_read_where(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
                                  size_t nbytes)
 {
-    CHECK(direct_wait_flag(p, v, r, OFF_READY(s), s, "direct window ready flag"));
-    const fifo_flag_t *f = &hdr(v, r)->ready[s & 1];
     mem_ref_t where;
-    memcpy(&where, f->payload, sizeof(where));
+    CHECK(direct_ready_ref(p, v, r, s, &where));
+    const fifo_flag_t *f = &hdr(v, r)->ready[s & 1];
     if (where.id == DIRECT_REF_CMA) {
         CHECK(direct_cma_copy(v, r, s, dst, where.addr, nbytes, 0));
         (*v->cma_reads)++;

@@ -143,6 +143,10 @@ chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const 
 /* Cross-memory attach: publish where this rank's input of piece s lies (ref: a chorusMemAlloc
  * region; NULL: at in, read with cma_read). */
 void direct_publish_where(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, const void *in);
+/* Rank r's ready flag of piece s seen, the mem_ref_t in its payload into *ref (where r's
+ * memory lies: direct_publish_where, direct_publish_ready). */
+chorusResult_t direct_ready_ref(prims_t *p, const direct_view_t *v, int r, uint64_t s,
+                                mem_ref_t *ref);
 /* Copy rank r's input of piece s (nbytes, published by direct_publish_where) into dst once its
  * ready flag is seen. */
 chorusResult_t direct_read_where(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
