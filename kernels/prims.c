@@ -41,6 +41,23 @@ static chorusResult_t wait_send(prims_t *p, void **slot_p)
     return fifo_wait_send(p->send, &p->wait, slot_p);
 }
 
+/* A copy into a send slot, whose lines the peer read a few slices ago: plain stores take each line
+ * back from the peer's cache first, streaming stores do not. On the AMD VM of 2026-12-07 (a plain
+ * write over lines the other vCPU had just read 6-24x a private one, `take_back`; streaming 1.7x)
+ * 2-rank rings with plain stores ran at a third of their speed in 2 of 3 runs, streamed in none
+ * (three alternated runs each, all_reduce_perf / reduce_scatter_perf / broadcast_perf -w 2 -n 8):
+ * all-reduce 64 MiB 9.8-13.4 ms streamed against 9.8, 32.4, 32.3; 256 MiB 37-59 against 38, 129,
+ * 127; in-place broadcast 64 MiB 5.8-8.7 against 29, 29, 6.3. From 4 to 32 MiB, where plain
+ * stores did not collapse in those runs, streaming cost up to 1.4x (32 MiB 7.6 ms against 5.5),
+ * so only calls past CHORUS_NT_MIN_BYTES stream (prims_t.stream_send). */
+static void slot_copy(const prims_t *p, void *out, const void *src, size_t nbytes)
+{
+    if (p->stream_send)
+        p->ops->copy_out(out, src, nbytes);
+    else
+        p->ops->copy(out, src, nbytes);
+}
+
 static void finalize(prims_t *p, void *dst, size_t n, int final)
 {
     if (final && p->op == chorusAvg && p->divisor > 1)
@@ -59,7 +76,7 @@ chorusResult_t prims_send(prims_t *p, const void *src, size_t count)
     {
         void *out;
         CHECK(wait_send(p, &out));
-        p->ops->copy(out, s + off * p->esize, n * p->esize);
+        slot_copy(p, out, s + off * p->esize, n * p->esize);
         fifo_post_send(p->send, (uint32_t)(n * p->esize));
     }
     return chorusSuccess;
@@ -121,7 +138,7 @@ chorusResult_t prims_recv_reduce_copy_send(prims_t *p, const void *src, void *ds
         CHECK(wait_send(p, &out));
         p->ops->reduce(d + off * p->esize, in, s + off * p->esize, n, p->dtype, p->op);
         finalize(p, d + off * p->esize, n, final);
-        p->ops->copy(out, d + off * p->esize, n * p->esize);
+        slot_copy(p, out, d + off * p->esize, n * p->esize);
         fifo_post_send(p->send, (uint32_t)(n * p->esize));
         fifo_post_recv(p->recv);
     }
@@ -136,7 +153,7 @@ chorusResult_t prims_recv_copy_send(prims_t *p, void *dst, size_t count)
         void *in, *out;
         CHECK(wait_recv(p, &in, n));
         CHECK(wait_send(p, &out));
-        p->ops->copy(out, in, n * p->esize);
+        slot_copy(p, out, in, n * p->esize);
         prims_copy_out(p, d + off * p->esize, in, n * p->esize);
         fifo_post_send(p->send, (uint32_t)(n * p->esize));
         fifo_post_recv(p->recv);
@@ -152,7 +169,7 @@ chorusResult_t prims_copy_send(prims_t *p, const void *src, void *dst, size_t co
     {
         void *out;
         CHECK(wait_send(p, &out));
-        p->ops->copy(out, s + off * p->esize, n * p->esize);
+        slot_copy(p, out, s + off * p->esize, n * p->esize);
         if (d != NULL && d != s)
             prims_copy_out(p, d + off * p->esize, s + off * p->esize, n * p->esize);
         fifo_post_send(p->send, (uint32_t)(n * p->esize));

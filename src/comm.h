@@ -107,9 +107,10 @@ struct chorusComm {
     int64_t direct_spin; /* the same for the direct algorithms' waits: none where ranks outnumber
                           * cores (their gate decides from the first poll), unless set */
     int over; /* the machine's ranks outnumber its cores */
-    int64_t nt_min; /* out-of-place outputs of this many bytes get streaming stores (prims_t's
-                     * stream_out): CHORUS_NT_MIN_BYTES; 0 (never) when the machine's ranks
-                     * outnumber its cores, unless set */
+    int64_t nt_min; /* calls with outputs of this many bytes get streaming stores, out of place
+                     * into the output and into send slots (prims_t's stream_out, stream_send):
+                     * CHORUS_NT_MIN_BYTES; 0 (never) when the machine's ranks outnumber its
+                     * cores, unless set */
     int64_t zc_allreduce_min; /* all-reduces this big vote for two-shot zero-copy (enqueue.c):
                                * CHORUS_ZCOPY_ALLREDUCE_MIN; 0 (never) when the machine's ranks
                                * outnumber its cores, unless set (every rank decides alike) */

@@ -219,6 +219,7 @@ static int in_place(chorusComm_t comm, const coll_args_t *a)
 HOT_PATH static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
 {
     int64_t nt = comm->nt_min;
+    int big = nt > 0 && out_nbytes(comm, a) >= (uint64_t)nt;
     *p = (prims_t){.ops = &host_memops,
                    .dtype = a->dtype,
                    .op = a->op,
@@ -231,8 +232,8 @@ HOT_PATH static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t
                             .fail = &comm->op_fail,
                             .other_gone = health_other_gone},
                    .divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0,
-                   .stream_out =
-                       nt > 0 && out_nbytes(comm, a) >= (uint64_t)nt && !in_place(comm, a)};
+                   .stream_out = big && !in_place(comm, a),
+                   .stream_send = big};
 }
 
 /* fill_prims for the direct algorithms, whose waits have a gate (comm->direct_spin). */

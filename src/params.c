@@ -60,9 +60,9 @@ static const param_def_t param_table[] = {
     {"CHORUS_DIRECT_BUFFSIZE", PT_BYTES, "512K", 4096, 1 << 30, OFF(direct_buffsize),
      "bytes of each of the two buffers of a rank's node-local window (one-shot, two-shot)"},
     {"CHORUS_NT_MIN_BYTES", PT_BYTES, "64M", 0, BIG, OFF(nt_min_bytes),
-     "out-of-place host outputs of at least this many bytes are written with streaming "
-     "(non-temporal) stores where a step copies into them; 0: never (the default when ranks "
-     "outnumber cores)"},
+     "host calls whose output is at least this many bytes write it (out of place) and the "
+     "pipelined algorithms' send slots with streaming (non-temporal) stores where a step copies "
+     "into them; 0: never (the default when ranks outnumber cores)"},
     {"CHORUS_ZCOPY", PT_INT, "1", 0, 1, OFF(zcopy),
      "1: one-host direct algorithms read chorusMemAlloc inputs in place from CHORUS_ZCOPY_MIN "
      "(all-reduce: only after its vote, CHORUS_ZCOPY_ALLREDUCE_MIN); 0: copy"},
