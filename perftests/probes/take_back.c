@@ -8,14 +8,18 @@
  * plain vector stores into a private buffer no one else reads (the baseline: the same write with
  * nothing to take back; the reader still copies the shared buffer that turn), then into the shared
  * one with plain vector stores (AVX2 where the CPU has it, else SSE2: what a compute kernel
- * writes with), with `rep movsb` (x86-64), and with libc's memcpy (which picks one of those, or
- * streaming stores, by size). Turns alternate within each round, so a change in the machine
- * mid-run touches all ways alike. Prints each way's median and least time over ITERS rounds
+ * writes with), with `rep movsb` (x86-64), with libc's memcpy (which picks one of those, or
+ * streaming stores, by size), and with streaming stores (x86-64: what Chorus' copy_out and ring
+ * slots past CHORUS_NT_MIN_BYTES write with). Turns alternate within each round, so a change in the
+ * machine mid-run touches all ways alike. Prints each way's median and least time over ITERS rounds
  * (default 200, after 10 untimed) and the median over the baseline's. Plain C, no Chorus and no
  * MPI; waits give up after 10 s.
  */
 #define _GNU_SOURCE
 #include <sched.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +32,10 @@
 #define WAIT_S 10.0
 #define WARMUP 10
 
-enum { W_PRIVATE, W_PLAIN, W_MOVSB, W_MEMCPY, W_WAYS };
+enum { W_PRIVATE, W_PLAIN, W_MOVSB, W_MEMCPY, W_STREAM, W_WAYS };
 static const char *const way_name[W_WAYS] = {
     "plain stores, private buffer", "plain stores, reader's lines", "rep movsb, reader's lines",
-    "libc memcpy, reader's lines"};
+    "libc memcpy, reader's lines", "streaming, reader's lines"};
 
 typedef struct {
     _Alignas(64) long written; /* turns the owner has written */
@@ -61,7 +65,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "take_back: NBYTES must be a positive multiple of 128, ITERS positive\n");
         return 2;
     }
-    int ways = W_WAYS; /* W_MOVSB writes nothing and prints nothing where it is not x86-64 */
+    int ways = W_WAYS; /* W_MOVSB and W_STREAM write and print nothing where not x86-64 */
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     char *shared = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED || shared == MAP_FAILED) {
@@ -120,6 +124,14 @@ int main(int argc, char **argv)
 #endif
                 break;
             }
+            case W_STREAM:
+#if defined(__x86_64__)
+                for (size_t i = 0; i < nbytes; i += 16)
+                    _mm_stream_si128((__m128i *)(shared + i),
+                                     _mm_load_si128((const __m128i *)(values + i)));
+                _mm_sfence();
+#endif
+                break;
             default:
                 memcpy(shared, values, nbytes);
                 break;
@@ -148,7 +160,7 @@ int main(int argc, char **argv)
     double base = 0;
     for (int w = 0; w < ways; w++) {
 #if !defined(__x86_64__)
-        if (w == W_MOVSB)
+        if (w == W_MOVSB || w == W_STREAM)
             continue;
 #endif
         double *v = us + (size_t)w * iters;
