@@ -20,6 +20,7 @@
 #include "fifo.h"
 #include "health.h"
 #include "params.h"
+#include "slot_adapt.h"
 #include "topo.h"
 #include "transport.h"
 #include "tuning.h"
@@ -198,6 +199,11 @@ struct chorusComm {
     comm_failure_t failure; /* the first failure this rank learned of (health.c) */
     params_t params;
     channel_t channels[MAX_CHANNELS];
+    /* CHORUS_SLOT_ADAPT as taken: 0 where the machine's ranks outnumber its cores unless set,
+     * and on more than one host; else the ring's and trees' slot stores are chosen in slot_plan
+     * (slot_adapt.c, enqueue.c run_channels) */
+    int64_t slot_adapt;
+    slot_adapt_t slot_plan;
 };
 _Static_assert(offsetof(struct chorusComm, last_error) <= 4096,
                "the fields every call reads fit the communicator's first page");

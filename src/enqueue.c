@@ -446,9 +446,20 @@ run_channels(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice)
         CHECK(connect_trees(comm));
     coll_task_t tasks[MAX_CHANNELS];
     tree_conns_t views[MAX_CHANNELS];
+    /* The call's larger buffer: what nccl-tests call its size. */
+    size_t big = a->count * esize *
+                 (a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER ? comm->nranks : 1);
+    int k = comm->slot_adapt && (unsigned)a->kind < TUNE_NCOLLS && comm->nranks > 1 &&
+                    (comm->nt_min <= 0 || big < (size_t)comm->nt_min)
+                ? slot_adapt_class(big)
+                : -1;
+    int key = SLOT_ADAPT_KEY((int)a->kind, in_place(comm, a));
+    int stream = k >= 0 ? slot_adapt_begin(&comm->slot_plan, key, k) : 0;
     for (int c = 0; c < nch; c++) {
         channel_t *ch = &comm->channels[c];
         fill_prims(comm, a, &tasks[c].work.prims);
+        if (k >= 0)
+            tasks[c].work.prims.stream_send = stream;
         tasks[c].work.prims.send = comm->nranks > 1 ? &ch->send.conn : NULL;
         tasks[c].work.prims.recv = comm->nranks > 1 ? &ch->recv.conn : NULL;
         tasks[c].work.ring = &ch->ring;
@@ -469,7 +480,20 @@ run_channels(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice)
         tasks[c].program = algo_program(a->kind, tree);
         tasks[c].abort_flag = &comm->abort_flag;
     }
-    return exec_pool_run(comm->pool, nch, run_channel, tasks, sizeof(coll_task_t));
+    if (k < 0)
+        return exec_pool_run(comm->pool, nch, run_channel, tasks, sizeof(coll_task_t));
+    int64_t t0 = fifo_now_ns();
+    CHECK(exec_pool_run(comm->pool, nch, run_channel, tasks, sizeof(coll_task_t)));
+    int64_t ns = fifo_now_ns() - t0;
+    if (slot_adapt_end(&comm->slot_plan, key, k, stream, ns))
+        INFO(SUB_TUNING,
+             "%s of %zu KiB%s, %s: send slots written with %s stores now (%.1f us the median "
+             "of a few calls, against %.1f)",
+             coll_name(a->kind), (size_t)(SLOT_ADAPT_MIN_NBYTES / 1024) << k,
+             k == SLOT_ADAPT_CLASSES - 1 ? " and more" : " to twice that",
+             in_place(comm, a) ? "in place" : "out of place", stream ? "streaming" : "plain",
+             comm->slot_plan.cls[key][k].trial_median / 1e3, comm->slot_plan.cls[key][k].ref / 1e3);
+    return chorusSuccess;
 }
 
 static chorusResult_t run_dev(chorusComm_t comm, const comm_op_t *op)

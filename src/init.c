@@ -484,6 +484,10 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     comm->cma_adapt = params_raw("CHORUS_CMA_MIN") == NULL
                           ? unless_set("CHORUS_CMA_ADAPT", pa->cma_adapt, over, 0)
                           : 0;
+    /* Where ranks share a core, the reader of a slot often shares the writer's caches too. */
+    comm->slot_adapt =
+        comm->nhosts == 1 ? unless_set("CHORUS_SLOT_ADAPT", pa->slot_adapt, over, 0) : 0;
+    slot_adapt_init(&comm->slot_plan, comm->slot_adapt == 2);
     CHECK(res);
     if (t.direct)
         CHECK(settings_alike_direct(comm));

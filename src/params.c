@@ -63,6 +63,12 @@ static const param_def_t param_table[] = {
      "host calls whose output is at least this many bytes write it (out of place) and the "
      "pipelined algorithms' send slots with streaming (non-temporal) stores where a step copies "
      "into them; 0: never (the default when ranks outnumber cores)"},
+    {"CHORUS_SLOT_ADAPT", PT_INT, "1", 0, 2, OFF(slot_adapt),
+     "1: on one host, ring and tree calls from 32 KiB up to CHORUS_NT_MIN_BYTES write their "
+     "send slots with plain or streaming stores, each rank choosing per collective, size, and "
+     "in place or not, by timing a few calls the other way now and then (from "
+     "CHORUS_NT_MIN_BYTES they stream); 0: plain below CHORUS_NT_MIN_BYTES (the default where "
+     "the ranks outnumber the cores); 2 (tests): every call the other way"},
     {"CHORUS_ZCOPY", PT_INT, "1", 0, 1, OFF(zcopy),
      "1: one-host direct algorithms read chorusMemAlloc inputs in place from CHORUS_ZCOPY_MIN "
      "(all-reduce: only after its vote, CHORUS_ZCOPY_ALLREDUCE_MIN); 0: copy"},

@@ -308,7 +308,16 @@ chorus_add_test(NAME coll_stream_zcopy_oneshot_threads_3 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,140000 --memalloc all
   ENV CHORUS_NT_MIN_BYTES=1 CHORUS_ALGO=oneshot CHORUS_DIRECT_BUFFSIZE=65536
       CHORUS_ZCOPY_MIN=512K CHORUS_ZCOPY_BROADCAST_MIN=512K)
+# Send slots written plainly and streamed, call by call (CHORUS_SLOT_ADAPT=2, src/slot_adapt.c):
+# the results stay right whichever way a rank wrote, and every rank wrote both ways.
+chorus_add_test(NAME coll_slot_adapt_threads_2 TIMEOUT 300
+  COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,1031,140000 --slot-modes
+  ENV CHORUS_SLOT_ADAPT=2 CHORUS_ALGO=ring)
 if(MPI_C_FOUND)
+  chorus_add_test(NAME coll_slot_adapt_mpi_3 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3
+            -x CHORUS_SLOT_ADAPT=2 -x CHORUS_ALGO=ring -x CHORUS_BUFFSIZE=16384
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --slot-modes)
   chorus_add_test(NAME coll_stream_ring_mpi_3 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3
             -x CHORUS_NT_MIN_BYTES=1 -x CHORUS_ALGO=ring -x CHORUS_BUFFSIZE=4096

@@ -209,6 +209,7 @@ typedef struct ctx {
     long cma_on; /* 1: this rank's communicator has cross-memory attach on */
     long cma_adapt; /* 1: its all-gathers choose their path at run time (CHORUS_CMA_ADAPT) */
     long cma_switches; /* plans it took up that changed the path of some size */
+    long slot_both; /* 1: its ring or tree calls wrote their send slots both ways (slot_adapt) */
     /* WITH_DEVBUF: the device buffers behind the host shadows send and recv, their size, the
      * stream, and the result of the call in flight (CALL) */
     char *send, *recv, *dsend, *drecv;
@@ -260,6 +261,9 @@ static int cma_mode = -1;
  * (direct.c); bit CMA_W_* set: asked. --cma off fails if any did. */
 static unsigned cma_writes_wanted;
 static const char *const cma_w_names[CMA_W_KINDS] = {"allgather", "broadcast", "allreduce"};
+/* --slot-modes: fail unless every rank ran ring or tree calls with plain and with streaming
+ * send-slot stores (CHORUS_SLOT_ADAPT=2 switches at every call). */
+static int slot_modes;
 /* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
 static int memalloc_mode;
 /* --zc-allreduce: -1 not checked, 1 some all-reduce must win the zero-copy vote, 0 none may. */
@@ -553,6 +557,7 @@ static void run_matrix(ctx_t *c)
     c->cma_on = c->comm->win_view.cma_read != NULL;
     c->cma_adapt = c->comm->win_view.cma_adapt != NULL;
     c->cma_switches = c->cma_adapt ? (long)c->comm->cma_plan.switches : 0;
+    c->slot_both = c->comm->slot_plan.calls[0] != 0 && c->comm->slot_plan.calls[1] != 0;
 }
 
 /* --zc-WHAT: 1 (and rank 0 says why) when want is 1 and no call won its zero-copy vote, or 0 and
@@ -580,7 +585,7 @@ static void *thread_main(void *arg)
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
 static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
                     long *rswon_p, long *push_p, long *cma_p, long *cma_on_p, long adapt_p[3],
-                    long *arpush_p, long cma_writes_p[CMA_W_KINDS], int *me_p)
+                    long *arpush_p, long cma_writes_p[CMA_W_KINDS], long *slot_both_p, int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -599,14 +604,14 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[10 + CMA_W_KINDS] = {c.failures,     c.checks,      c.zc_reads,  c.zc_won,
-                                      c.zc_bcast_won, c.zc_rs_won,   c.cma_reads, c.cma_on,
-                                      c.zc_pushes,    c.zc_ar_pushed};
+    int64_t sums[11 + CMA_W_KINDS] = {c.failures,     c.checks,       c.zc_reads,  c.zc_won,
+                                      c.zc_bcast_won, c.zc_rs_won,    c.cma_reads, c.cma_on,
+                                      c.zc_pushes,    c.zc_ar_pushed, c.slot_both};
     for (int k = 0; k < CMA_W_KINDS; k++)
-        sums[10 + k] = c.cma_writes[k];
+        sums[11 + k] = c.cma_writes[k];
     int64_t adapt[3] = {c.cma_adapt, -c.cma_switches, c.cma_switches}; /* sum, -min, max */
     if (call_ok(&c,
-                chorusAllReduce(sums, sums, 10 + CMA_W_KINDS, chorusInt64, chorusSum, comm, NULL),
+                chorusAllReduce(sums, sums, 11 + CMA_W_KINDS, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts") &&
         call_ok(&c, chorusAllReduce(adapt, adapt, 1, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the all-gather plans") &&
@@ -625,8 +630,9 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
         *cma_on_p = (long)sums[7];
         *push_p = (long)sums[8];
         *arpush_p = (long)sums[9];
+        *slot_both_p = (long)sums[10];
         for (int k = 0; k < CMA_W_KINDS; k++)
-            cma_writes_p[k] = (long)sums[10 + k];
+            cma_writes_p[k] = (long)sums[11 + k];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -685,6 +691,8 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--cma-writes") == 0 && i + 1 < argc &&
                    cma_writes_arg(argv[i + 1], &cma_writes_wanted)) {
             i++;
+        } else if (strcmp(argv[i], "--slot-modes") == 0) {
+            slot_modes = 1;
         } else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
                    (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
             memalloc_mode = strcmp(argv[++i], "all") == 0 ? 1 : 2;
@@ -695,7 +703,8 @@ int main(int argc, char **argv)
                 "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
                 "          [--zc-reducescatter won|lost] [--zc-allgather won|lost]\n"
                 "          [--zc-allreduce-push won|lost]\n"
-                "          [--cma on|off|auto|adapt] [--cma-writes K,...] [--driver PATH]\n"
+                "          [--cma on|off|auto|adapt] [--cma-writes K,...] [--slot-modes]\n"
+                "          [--driver PATH]\n"
                 "  --threads N  N ranks as threads of this process\n"
                 "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                 "               unless a rank read a peer's buffer in place (zero-copy)\n"
@@ -717,6 +726,8 @@ int main(int argc, char **argv)
                 "  --cma-writes fails unless, for each of K (allgather, broadcast,\n"
                 "               allreduce), some rank wrote into a peer's output by\n"
                 "               cross-memory attach\n"
+                "  --slot-modes fails unless every rank wrote ring or tree send slots both\n"
+                "               with plain and with streaming stores (CHORUS_SLOT_ADAPT=2)\n"
                 "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                 "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
                 "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
@@ -737,7 +748,7 @@ int main(int argc, char **argv)
     }
 #endif
     long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0, zc_rs_won = 0,
-         zc_pushes = 0, cma_reads = 0, cma_on = 0, zc_ar_pushed = 0;
+         zc_pushes = 0, cma_reads = 0, cma_on = 0, zc_ar_pushed = 0, slot_both = 0;
     long cma_writes[CMA_W_KINDS] = {0};
     long adapt[3] = {0, LONG_MAX, 0}; /* ranks choosing all-gather paths; least, most switches */
     int me = 0;
@@ -770,6 +781,7 @@ int main(int argc, char **argv)
             for (int k = 0; k < CMA_W_KINDS; k++)
                 cma_writes[k] += ctx[i].cma_writes[k];
             cma_on += ctx[i].cma_on;
+            slot_both += ctx[i].slot_both;
             adapt[0] += ctx[i].cma_adapt;
             adapt[1] = ctx[i].cma_switches < adapt[1] ? ctx[i].cma_switches : adapt[1];
             adapt[2] = ctx[i].cma_switches > adapt[2] ? ctx[i].cma_switches : adapt[2];
@@ -780,7 +792,7 @@ int main(int argc, char **argv)
         free(comms_g);
     } else if (env) {
         if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &zc_pushes,
-                     &cma_reads, &cma_on, adapt, &zc_ar_pushed, cma_writes, &me) != 0)
+                     &cma_reads, &cma_on, adapt, &zc_ar_pushed, cma_writes, &slot_both, &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -842,6 +854,7 @@ int main(int argc, char **argv)
         MPI_Allreduce(&c.cma_reads, &cma_reads, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(c.cma_writes, cma_writes, CMA_W_KINDS, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_on, &cma_on, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.slot_both, &slot_both, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_adapt, &adapt[0], 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_switches, &adapt[1], 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_switches, &adapt[2], 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
@@ -896,6 +909,14 @@ int main(int argc, char **argv)
                    "attach (CHORUS_CMA_MIN; broadcasts in place from 64 KiB, two-shot all-reduces "
                    "from 16 KiB, where ranks do not outnumber cores)\n",
                    cma_w_names[k], cma_w_names[k]);
+        failures++;
+    }
+    if (slot_modes && nranks_g > 1 && slot_both != nranks_g) {
+        if (me == 0)
+            printf("FAIL --slot-modes: %ld of %d ranks wrote their ring or tree send slots both "
+                   "with plain and with streaming stores (CHORUS_SLOT_ADAPT=2, calls of 32 KiB "
+                   "and more on one host)\n",
+                   slot_both, nranks_g);
         failures++;
     }
     if (memalloc_mode && nranks_g > 1 && zc_reads == 0 && zc_vote != 0) {

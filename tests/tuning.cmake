@@ -3,3 +3,9 @@
 add_executable(tuning_test tuning_test.c)
 target_link_libraries(tuning_test chorus_test_harness)
 chorus_add_test(NAME tuning COMMAND tuning_test TIMEOUT 30 LABELS tuning)
+
+# The send slots' plain or streaming stores, chosen at run time (src/slot_adapt.c), fed made-up
+# call times. A pure function of its inputs.
+add_executable(test_slot_adapt test_slot_adapt.c)
+target_link_libraries(test_slot_adapt chorus_test_harness)
+chorus_add_test(NAME slot_adapt COMMAND test_slot_adapt TIMEOUT 30 LABELS tuning)
