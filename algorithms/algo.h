@@ -333,6 +333,8 @@ typedef struct direct_view {
     uint64_t *cma_writes; /* outputs this rank wrote into so, CMA_W_KINDS counts (tests look) */
     size_t cma_ar_min_nbytes; /* two-shot all-reduces from this size run by cross-memory attach
                                * (direct.c allreduce_cma); 0: never */
+    size_t stream_slot_nbytes; /* slotted broadcasts and reduces copy into their slots with
+                                * streaming stores from this size (direct_copy_in); 0: never */
 } direct_view_t;
 
 /* direct_view_t.cma_writes[]: which collective wrote into peers' outputs. */

@@ -289,7 +289,7 @@ static chorusResult_t broadcast_slotted(prims_t *p, const direct_view_t *v, cons
     uint64_t lag = slot_count(v, slot), s;
     CHECK(direct_piece_begin(p, v, &s, lag, slot));
     if (v->rank == a->root) {
-        p->ops->copy(slot_of(v, v->rank, s, slot), a->sendbuff, nbytes);
+        direct_copy_in(p, v, slot_of(v, v->rank, s, slot), a->sendbuff, nbytes);
         direct_slot_ready(v, s);
         if (a->recvbuff != a->sendbuff)
             p->ops->copy(a->recvbuff, a->sendbuff, nbytes);
@@ -419,7 +419,7 @@ static chorusResult_t reduce_slotted(prims_t *p, const direct_view_t *v, const c
     char *srcs[DIRECT_MAX_RANKS];
     CHECK(direct_piece_begin(p, v, &s, lag, slot));
     if (me != a->root) {
-        p->ops->copy(slot_of(v, me, s, slot), a->sendbuff, nbytes);
+        direct_copy_in(p, v, slot_of(v, me, s, slot), a->sendbuff, nbytes);
         direct_slot_ready(v, s);
         direct_piece_done(v, s, 0);
         return chorusSuccess;

@@ -50,6 +50,9 @@
  * (64 KiB pieces), 256 KiB 8.6-9.3 against 10.3-10.6; 64 KiB (32 KiB pieces streamed) even.
  * 4 ranks on 2 cores mixed. */
 #define STREAM_WIN_NBYTES (64 * 1024)
+/* Slotted broadcasts and reduces stream their copies into the slots from this size, unless
+ * ranks outnumber cores (direct_win.h direct_copy_in). */
+#define STREAM_SLOT_NBYTES (4 * 1024)
 /* Broadcasts by cross-memory attach from this size (or CHORUS_CMA_MIN, the larger), and only
  * where the ranks do not outnumber the cores: below it, and oversubscribed, the root running ahead
  * through the window's slots wins. malloc'd buffers with MALLOC_MMAP_MAX_=0, alternated
@@ -643,7 +646,8 @@ out:
         comm->cma_writes,
         comm->over || comm->params.cma_min == 0 || !cma_pays_all ? 0
         : comm->params.cma_min > CMA_ALLREDUCE_MIN_NBYTES        ? (size_t)comm->params.cma_min
-                                                                 : CMA_ALLREDUCE_MIN_NBYTES};
+                                                                 : CMA_ALLREDUCE_MIN_NBYTES,
+        comm->over ? 0 : STREAM_SLOT_NBYTES};
     if (comm->win_view.cma_adapt != NULL)
         direct_adapt_init(&comm->cma_plan, cma_pays_all, comm->cma_adapt == 2);
     /* From here the tuner prices one-shot broadcasts by cross-memory attach where they run so
