@@ -48,8 +48,13 @@
  * the readers first: 2 ranks, out of place, 1 MiB 37-41 us against 40-46, 4 MiB 142-151 against
  * 154-160, 16 MiB 862-945 against 885-977 (three rounds); 128 KiB 4.9-5.0 against 5.3-5.5
  * (64 KiB pieces), 256 KiB 8.6-9.3 against 10.3-10.6; 64 KiB (32 KiB pieces streamed) even.
- * 4 ranks on 2 cores mixed. */
-#define STREAM_WIN_NBYTES (64 * 1024)
+ * 4 ranks on 2 cores mixed. From 8 KiB since the AMD VM of 2026-12-07 (the earlier figures are
+ * an older AMD VM's), where plain stores ran 3-7x slower in 3 of 6 runs (2 ranks, CHORUS_CMA_MIN=0,
+ * all_gather_perf -b 8K -e 128K -f 2 -w 20 -n 300, six alternated pairs: 32 KiB 12-13 us, 64
+ * KiB 22-25, Open MPI 6.1-8.5 in the same runs) and streamed pieces in none (32 KiB 3.0-4.3, 64
+ * KiB 5.0-6.8), against plain's 1.3-3.6 and 2.4-7.4 in the other runs. 8 KiB all-gathers (4 KiB
+ * pieces) stay plain: 0.5-0.9 us, 2.1-5.8 in the slow runs, streamed 1.2-1.7. */
+#define STREAM_WIN_NBYTES (8 * 1024)
 /* Slotted broadcasts and reduces stream their copies into the slots from this size, unless
  * ranks outnumber cores (direct_win.h direct_copy_in). */
 #define STREAM_SLOT_NBYTES (4 * 1024)
@@ -304,9 +309,9 @@ static int cma_peer(chorusComm_t comm)
 /* Does an all-gather's piece cost a rank less by cross-memory attach than through the window?
  * Each way is timed as direct.c runs it, on a 64 KiB piece. The window's: the rank's input into
  * its own output and into its window (copy_dup, streaming where direct.c streams: 64 KiB is
- * STREAM_WIN_NBYTES), over lines a peer read the round before, then a peer's fresh window piece
- * copied out. Cross-memory attach's: the input into the output, then the peer's fresh input read
- * by process_vm_readv. Every rank runs the rounds (all_agree: no owner writes before every
+ * past STREAM_WIN_NBYTES), over lines a peer read the round before, then a peer's fresh window
+ * piece copied out. Cross-memory attach's: the input into the output, then the peer's fresh input
+ * read by process_vm_readv. Every rank runs the rounds (all_agree: no owner writes before every
  * reader is done, and no rank reads before every owner wrote); each owner writes its input
  * (cma_buf) again first, as a job does between calls. Each rank's least of each way over the
  * rounds after the first goes to INFO and to the others; *pays_p, alike on every rank: 1 where
