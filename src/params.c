@@ -117,8 +117,8 @@ static const param_def_t param_table[] = {
      "the root's input while it writes about 1/n of it into each output in place, all-reduces "
      "read each part of the inputs and write its sum into every output); 0: never; unset: each "
      "communicator's setup times it "
-     "against the window's copies and leaves it off where it loses, and all-gathers choose "
-     "again at run time (CHORUS_CMA_ADAPT)"},
+     "against the window's copies and leaves it off where they time more than 15% faster, and "
+     "all-gathers choose again at run time (CHORUS_CMA_ADAPT)"},
     {"CHORUS_CMA_ADAPT", PT_INT, "1", 0, 2, OFF(cma_adapt),
      "1: where CHORUS_CMA_MIN is unset, one-host all-gathers of at least 16 KiB a rank choose "
      "between the window and cross-memory attach per size at run time, by rank 0's timing of "
