@@ -455,12 +455,14 @@ run_channels(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice)
         CHECK(connect_trees(comm));
     coll_task_t tasks[MAX_CHANNELS];
     tree_conns_t views[MAX_CHANNELS];
-    /* The call's larger buffer: what nccl-tests call its size. */
-    size_t big = a->count * esize *
-                 (a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER ? comm->nranks : 1);
+    /* Where fill_prims does not stream the slots (CHORUS_NT_MIN_BYTES), the slot stores are
+     * chosen per class of the call's larger buffer (what nccl-tests call its size). */
+    size_t call_nbytes =
+        a->count * esize *
+        (a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER ? comm->nranks : 1);
     int k = comm->slot_adapt && (unsigned)a->kind < TUNE_NCOLLS && comm->nranks > 1 &&
-                    (comm->nt_min <= 0 || big < (size_t)comm->nt_min)
-                ? slot_adapt_class(big)
+                    (comm->nt_min <= 0 || out_nbytes(comm, a) < (uint64_t)comm->nt_min)
+                ? slot_adapt_class(call_nbytes)
                 : -1;
     int key = SLOT_ADAPT_KEY((int)a->kind, in_place(comm, a));
     int stream = k >= 0 ? slot_adapt_begin(&comm->slot_plan, key, k) : 0;
