@@ -27,9 +27,9 @@ typedef struct prims {
     wait_ctx_t wait; /* abort flag, deadline, spin; peer is filled per connection */
     uint64_t divisor; /* avg: the rank count, applied where a result becomes final; else 0 */
     int stream_out; /* the call's output outgrows the caches: copies into it stream (copy_out) */
-    /* The call outgrows the caches (CHORUS_NT_MIN_BYTES, in place too): copies into send slots
-     * stream (copy_out), so the writer takes no line back from the reader of the slot's last
-     * slice; see prims.c slot_copy. */
+    /* Copies into send slots stream (copy_out), so the writer takes no line back from the
+     * reader of the slot's last slice: the call outgrows the caches (CHORUS_NT_MIN_BYTES, in
+     * place too), or src/slot_adapt.c chose it for the call's class; see prims.c slot_copy. */
     int stream_send;
 } prims_t;
 

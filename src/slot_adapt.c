@@ -70,6 +70,8 @@ int slot_adapt_begin(slot_adapt_t *sa, int key, int k)
     return cl->trial_left != 0 ? !cl->stream : cl->stream;
 }
 
+_Static_assert(SLOT_ADAPT_TRIAL <= SLOT_ADAPT_RECENT, "median() sorts at most SLOT_ADAPT_RECENT");
+
 /* The median of n (at most SLOT_ADAPT_RECENT) times; the lower of the middle two where n is
  * even. */
 static int64_t median(const int64_t *v, int n)
