@@ -297,10 +297,10 @@ static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p)
 #define CMA_PAYS_ROUNDS 9
 /* The window is kept only where its least is below this percentage of the attach's: it moves the
  * data three times where the attach moves it twice, which weighs more in calls larger than the
- * piece timed. On the AMD VM of 2026-12-07 the two timed within 15% of each other in 6 of 8
- * setups (2 ranks); of the 4 that chose the attach, the 256 KiB all-gather ran 15.0-20.3 us
- * against Open MPI's 16.7-20.5 in the same runs; of the 2 that chose a window within 15% of the
- * attach, 21.0 and 22.3 against 16.9 and 17.6. */
+ * piece timed. On the AMD VM of 2026-12-07 (2 ranks, 8 setups) the window timed faster in 4,
+ * by less than 15% in 2 of them; where the attach was chosen, the 256 KiB all-gather ran
+ * 15.0-20.3 us against Open MPI's 16.7-20.5 in the same runs; where a window less than 15%
+ * faster was, 21.0 and 22.3 against 16.9 and 17.6. */
 #define CMA_PAYS_WIN_PCT 85
 
 /* The rank whose memory this rank times cross-memory attach on: the next one in another process
