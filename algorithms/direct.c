@@ -309,9 +309,10 @@ static chorusResult_t broadcast_slotted(prims_t *p, const direct_view_t *v, cons
  * address each rank publishes in its own ready flag; a rank copies the rest and returns once the
  * root's done flag says the tail is in. The tail is about 1/n of the data in place, 1/(n+1) out
  * of place, where the root then copies its input into its own output too (2 ranks, out of place,
- * five alternated pairs of broadcast_perf -b 256K -e 16M -f 4 -w 10 -n 60 on the AMD VM of
- * 2026-12-07: 1/3 written by the root and its own copy after, 1 MiB 56-80 us against 78-93 with
- * the others reading it all, 16 MiB 2.3-2.5 ms against 2.7-3.4, Open MPI 2.2-3.7). */
+ * four alternated pairs of broadcast_perf -b 256K -e 16M -f 4 -w 10 -n 60 on the AMD VM of
+ * 2026-12-07: 1 MiB 54-68 us against 80-97 with the others reading it all, 16 MiB 2.2-3.2 ms
+ * against 2.7-3.2, Open MPI 2.1-2.8; four more of -b 16M -e 16M -n 100: 2.4-2.6 against
+ * 2.8-3.5). */
 static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int n = v->nranks, me = v->rank, root = a->root;
