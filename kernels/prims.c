@@ -47,8 +47,9 @@ static chorusResult_t wait_send(prims_t *p, void **slot_p)
  * 2-rank rings with plain stores ran at a third of their speed in 2 of 3 runs, streamed in none
  * (three alternated runs each, all_reduce_perf / reduce_scatter_perf / broadcast_perf -w 2 -n 8):
  * all-reduce 64 MiB 9.8-13.4 ms streamed against 9.8, 32.4, 32.3; 256 MiB 37-59 against 38, 129,
- * 127; in-place broadcast 64 MiB 5.8-8.7 against 29, 29, 6.3. From 4 to 32 MiB, where plain
- * stores did not collapse in those runs, streaming cost up to 1.4x (32 MiB 7.6 ms against 5.5):
+ * 127; broadcast 64 MiB 5.8-8.7 against 29, 29, 6.3 out of place, 4.8-8.3 against 16, 16, 4.3 in
+ * place. From 4 to 32 MiB, where plain stores did not collapse in those runs, streaming cost up
+ * to 1.4x (32 MiB 7.6 ms against 5.5):
  * calls past CHORUS_NT_MIN_BYTES stream, and below it each rank chooses per class of calls from
  * its own call times (src/slot_adapt.c; prims_t.stream_send either way). */
 static void slot_copy(const prims_t *p, void *out, const void *src, size_t nbytes)
