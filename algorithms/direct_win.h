@@ -52,10 +52,8 @@ static inline char *slot_of(const direct_view_t *v, int r, uint64_t s, size_t sl
 static inline void direct_copy_in(prims_t *p, const direct_view_t *v, void *dst, const void *src,
                                   size_t nbytes)
 {
-    if (v->stream_slot_nbytes != 0 && nbytes >= v->stream_slot_nbytes)
-        p->ops->copy_out(dst, src, nbytes);
-    else
-        p->ops->copy(dst, src, nbytes);
+    memops_copy(p->ops, v->stream_slot_nbytes != 0 && nbytes >= v->stream_slot_nbytes, dst, src,
+                nbytes);
 }
 
 #define OFF_READY(s) (offsetof(direct_hdr_t, ready) + (size_t)((s)&1) * sizeof(fifo_flag_t))

@@ -41,6 +41,18 @@ typedef struct memops_ops {
 
 extern const memops_ops_t host_memops;
 
+/* A copy with copy_out's stores where stream, else copy's: the one choice the primitives' outputs
+ * (prims_copy_out), the send slots (prims.c slot_copy) and the direct windows' slots
+ * (direct_copy_in) each make by their own rule. */
+static inline void memops_copy(const memops_ops_t *ops, int stream, void *dst, const void *src,
+                               size_t nbytes)
+{
+    if (stream)
+        ops->copy_out(dst, src, nbytes);
+    else
+        ops->copy(dst, src, nbytes);
+}
+
 /* Bytes per element of a valid dtype; 0 for an invalid value (inline: every call asks). One
  * nibble a dtype in an immediate (chorusInt8 lowest), where a switch became a table in .rodata:
  * one more page for a call to touch after every process switch (debug.h's HOT_PATH). */

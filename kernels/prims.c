@@ -54,10 +54,7 @@ static chorusResult_t wait_send(prims_t *p, void **slot_p)
  * its own call times (src/slot_adapt.c; prims_t.stream_send either way). */
 static void slot_copy(const prims_t *p, void *out, const void *src, size_t nbytes)
 {
-    if (p->stream_send)
-        p->ops->copy_out(out, src, nbytes);
-    else
-        p->ops->copy(out, src, nbytes);
+    memops_copy(p->ops, p->stream_send, out, src, nbytes);
 }
 
 static void finalize(prims_t *p, void *dst, size_t n, int final)

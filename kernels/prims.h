@@ -36,10 +36,7 @@ typedef struct prims {
 /* A step's copy into the caller's output buffer. */
 static inline void prims_copy_out(const prims_t *p, void *dst, const void *src, size_t nbytes)
 {
-    if (p->stream_out)
-        p->ops->copy_out(dst, src, nbytes);
-    else
-        p->ops->copy(dst, src, nbytes);
+    memops_copy(p->ops, p->stream_out, dst, src, nbytes);
 }
 
 /* send: src -> next. */

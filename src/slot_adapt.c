@@ -22,10 +22,10 @@
  * other way, kept where their median time is at most SLOT_KEEP_PCT percent of the median of the
  * current way's last SLOT_ADAPT_RECENT calls. Medians, not least times: the two ways' times
  * spread unlike each other (with least times, three streamed calls at 64 KiB beat the plain ones
- * while their mean ran 1.6x as long), and a size's first calls, which touch its buffers' pages
- * the first time, stay out. The schedule counts calls, the same on every rank, so the ranks'
- * trials fall on the same calls and each times both ranks' change together; ranks whose times
- * disagree may choose differently.
+ * while their mean ran 1.6x as long), and a median of eight keeps out the few first calls of a
+ * size, which touch its buffers' pages the first time. The schedule counts calls, the same on every
+ * rank, so the ranks' trials fall on the same calls and each times both ranks' change together;
+ * ranks whose times disagree may choose differently.
  *
  * Six alternated pairs of runs against CHORUS_SLOT_ADAPT=0 (reduce_scatter_perf -b 64K -e 16M -f
  * 4 -w 5 -n 40; all_reduce_perf -b 8M -e 32M -f 2 -w 5 -n 20; broadcast_perf -b 16M -e 32M -f 2

@@ -589,12 +589,15 @@ static chorusResult_t window_map(chorusComm_t comm)
                 if (me == 0)
                     INFO(SUB_INIT,
                          "cross-memory attach %s on this communicator: the window's copies "
-                         "timed more than 15%% faster, or a rank could not read (CHORUS_CMA_MIN "
+                         "timed more than %d%% faster, or a rank could not read (CHORUS_CMA_MIN "
                          "set on every rank skips the timing)",
-                         comm->cma_adapt ? "off for now (all-gathers try it at run time)" : "off");
+                         comm->cma_adapt ? "off for now (all-gathers try it at run time)" : "off",
+                         100 - CMA_PAYS_WIN_PCT);
             } else if (me == 0) {
-                INFO(SUB_INIT, "cross-memory attach pays on this communicator: the window's "
-                               "copies timed no more than 15%% faster");
+                INFO(SUB_INIT,
+                     "cross-memory attach pays on this communicator: the window's copies timed no "
+                     "more than %d%% faster",
+                     100 - CMA_PAYS_WIN_PCT);
             }
         }
     }
