@@ -110,6 +110,10 @@ function(chorus_perftests_add_tests run)
     COMMAND ${tests_dir}/perftests_plot.sh ${mpirun}
       $<TARGET_FILE:all_reduce_perf> ${PROJECT_SOURCE_DIR}/perftests/plot
     TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=45)
+  # perftests/table on -J files the script writes (no MPI run).
+  chorus_add_test(NAME perf_table
+    COMMAND ${tests_dir}/perftests_table.sh ${PROJECT_SOURCE_DIR}/perftests/table
+    TIMEOUT 60 LABELS perf)
   # perftests/floor: one short round of the 4-rank small all-reduce beside its floor.
   chorus_add_test(NAME perf_floor
     COMMAND ${tests_dir}/perftests_floor.sh ${PROJECT_SOURCE_DIR}/perftests/floor
