@@ -389,7 +389,7 @@ HOT_PATH static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, con
                 CHECK(direct_ll_read(p, v, root, s, out, len * es));
                 /* The root runs ahead: ask for a later piece's words now (one call's latency
                  * between the cores hides behind this rank's next calls). */
-                fifo_prefetch_read(hdr(v, root)->ll[(s + LL_PREFETCH) % DIRECT_LL_SLOTS],
+                fifo_prefetch_read(ll_slot(v, root, s + LL_PREFETCH, len * es),
                                    LL_WORDS(len * es) * sizeof(uint64_t));
                 direct_piece_done(v, s, lazy);
                 continue;
@@ -466,7 +466,7 @@ HOT_PATH static chorusResult_t reduce(prims_t *p, const direct_view_t *v, const 
                 CHECK(direct_ll_reduce_all(p, v, s, (char *)a->recvbuff + off * es, len));
                 for (int r = 0; r < n; r++)
                     if (r != me)
-                        fifo_prefetch_read(hdr(v, r)->ll[(s + LL_PREFETCH) % DIRECT_LL_SLOTS],
+                        fifo_prefetch_read(ll_slot(v, r, s + LL_PREFETCH, len * es),
                                            LL_WORDS(len * es) * sizeof(uint64_t));
             }
             direct_piece_done(v, s, lazy);

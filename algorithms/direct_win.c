@@ -300,7 +300,8 @@ HOT_PATH chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, u
 
 /*
  * LL pieces (up to DIRECT_LL_NBYTES): the data goes as 8-byte words, 4 data bytes beside the low
- * 32 bits of the piece number, into the writer's LL slot s % DIRECT_LL_SLOTS. A reader loads
+ * 32 bits of the piece number, into the writer's LL slot s % DIRECT_LL_SLOTS (ll_slot: pieces of
+ * up to 8 bytes four to a line). A reader loads
  * every word of the piece in one pass, so their lines cross between cores together, and has the
  * data when each word carries its piece number (no flag to see first, then the data); it passes
  * again until then. The writer sets its ready flag after the words, and a reader that spun too
@@ -311,7 +312,7 @@ HOT_PATH chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, u
 /* Write nbytes from src as LL words of piece s; then the ready flag. */
 HOT_PATH void direct_ll_write(const direct_view_t *v, uint64_t s, const char *src, size_t nbytes)
 {
-    uint64_t *w = hdr(v, v->rank)->ll[s % DIRECT_LL_SLOTS];
+    uint64_t *w = ll_slot(v, v->rank, s, nbytes);
     uint64_t tag = (uint64_t)(uint32_t)s << 32;
     size_t nw = LL_WORDS(nbytes), full = nbytes / 4;
     for (size_t i = 0; i < full; i++) {
@@ -326,16 +327,19 @@ HOT_PATH void direct_ll_write(const direct_view_t *v, uint64_t s, const char *sr
     }
     /* The whole slot is written when it was last 2^31 pieces ago or more: every word then
      * carries a number within 2^31 of s, so no stale one matches s in 32 bits. */
-    uint64_t *fresh = &hdr(v, v->rank)->ll_fresh[s % DIRECT_LL_SLOTS];
+    int small = nbytes <= DIRECT_LL_SMALL_NBYTES;
+    direct_hdr_t *h = hdr(v, v->rank);
+    uint64_t *fresh =
+        small ? &h->ll_small_fresh[s % DIRECT_LL_SLOTS] : &h->ll_fresh[s % DIRECT_LL_SLOTS];
     if (s - *fresh >= (uint64_t)1 << 31) {
-        for (uint64_t *x = w + nw; x < w + DIRECT_LL_WORDS; x++)
+        for (uint64_t *x = w + nw; x < w + (small ? DIRECT_LL_SMALL_WORDS : DIRECT_LL_WORDS); x++)
             __atomic_store_n(x, tag, __ATOMIC_RELAXED);
         *fresh = s;
     }
-    fifo_set_flag(&hdr(v, v->rank)->ready[s & 1], s);
+    fifo_set_flag(&h->ready[s & 1], s);
     /* The next piece's slot was last read by the peers: have it back before writing it (the
      * stores would otherwise stall this rank's next locked instruction; 8 B broadcast root). */
-    fifo_prefetch_write(hdr(v, v->rank)->ll[(s + 1) % DIRECT_LL_SLOTS], nw * sizeof(uint64_t));
+    fifo_prefetch_write(ll_slot(v, v->rank, s + 1, nbytes), nw * sizeof(uint64_t));
 }
 
 /* A pass over rank r's LL words (kind) of piece s found some not there yet: the first time
@@ -365,7 +369,7 @@ HOT_PATH static chorusResult_t not_yet(prims_t *p, const direct_view_t *v, int r
 HOT_PATH chorusResult_t direct_ll_read(prims_t *p, const direct_view_t *v, int r, uint64_t s,
                                        void *dst, size_t nbytes)
 {
-    const uint64_t *w = hdr(v, r)->ll[s % DIRECT_LL_SLOTS];
+    const uint64_t *w = ll_slot(v, r, s, nbytes);
     uint32_t tag = (uint32_t)s;
     unsigned char *b = dst;
     size_t full = nbytes / 4, nw = LL_WORDS(nbytes);

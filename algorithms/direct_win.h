@@ -64,6 +64,17 @@ static inline void direct_copy_in(prims_t *p, const direct_view_t *v, void *dst,
 #define LL_WORDS(nbytes) (((nbytes) + 3) / 4)
 /* How many pieces ahead a rank that only reads LL pieces prefetches the writer's slot. */
 #define LL_PREFETCH 4
+
+/* Rank r's LL slot of piece s of nbytes (up to DIRECT_LL_NBYTES): in ll_small up to
+ * DIRECT_LL_SMALL_NBYTES, else in ll (algo.h). Both rings are indexed by the piece number, so a
+ * piece's slot is free once its readers are done with the piece DIRECT_LL_SLOTS before it,
+ * whichever ring that one used. */
+static inline uint64_t *ll_slot(const direct_view_t *v, int r, uint64_t s, size_t nbytes)
+{
+    direct_hdr_t *h = hdr(v, r);
+    return nbytes <= DIRECT_LL_SMALL_NBYTES ? h->ll_small[s % DIRECT_LL_SLOTS]
+                                            : h->ll[s % DIRECT_LL_SLOTS];
+}
 /* All-reduce, all-gather and reduce-scatter pieces up to 5 lines go as tagged lines (all-gather:
  * this rank's piece; reduce-scatter: the others' parts, its own read from its input).
  * 2 ranks, all-reduce, interleaved runs: 8 B 0.41-0.44 us against 0.54-0.56 in a ready flag's

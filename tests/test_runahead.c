@@ -32,11 +32,12 @@
 #include "harness_mpi.h"
 #endif
 
-/* Bytes per call: LL (8, 128), slots of 4 KiB (132, 4096), 8 KiB (4100), 64 KiB (40000), 256 KiB
- * (200000), the whole 512 KiB buffers (300000: more than a quarter of them), two pieces
- * (700000). */
-static const size_t sizes[] = {8,      4096, 132,    40000, 128,    4100,
-                               200000, 4096, 300000, 40000, 700000, 132};
+/* Bytes per call: LL (4 and 8 in the ring of small pieces, 12, 100 and 128 in the other, with
+ * changes between the two both ways: algo.h's DIRECT_LL_SMALL_NBYTES), slots of 4 KiB (132,
+ * 4096), 8 KiB (4100), 64 KiB (40000), 256 KiB (200000), the whole 512 KiB buffers (300000: more
+ * than a quarter of them), two pieces (700000). */
+static const size_t sizes[] = {8,  4096, 132,    40000, 128,    4,     100,    8,
+                               12, 4100, 200000, 4096,  300000, 40000, 700000, 132};
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 #define BURST 300
 static int iters = 2 * NSIZES * BURST;
