@@ -360,41 +360,63 @@ static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const co
     return chorusSuccess;
 }
 
+/* A broadcast's piece of len elements from element off as LL words (up to DIRECT_LL_NBYTES): the
+ * root writes them and goes on, up to LL_LAG pieces ahead of the slowest reader; the others copy
+ * them out. *s_p: the piece's number. lazy: the readers publish their done flags in batches. */
+HOT_PATH static inline chorusResult_t broadcast_ll(prims_t *p, const direct_view_t *v,
+                                                   const coll_args_t *a, size_t off, size_t len,
+                                                   int lazy, uint64_t *s_p)
+{
+    size_t es = p->esize;
+    const char *in = (const char *)a->sendbuff + off * es;
+    char *out = (char *)a->recvbuff + off * es;
+    CHECK(direct_piece_begin(p, v, s_p, LL_LAG, 0));
+    uint64_t s = *s_p;
+    if (v->rank == a->root) {
+        direct_ll_write(v, s, in, len * es);
+        if (out != in)
+            p->ops->copy(out, in, len * es);
+        direct_piece_done(v, s, 0);
+        return chorusSuccess;
+    }
+    CHECK(direct_ll_read(p, v, a->root, s, out, len * es));
+    /* The root runs ahead: ask for a later piece's words now (one call's latency between the
+     * cores hides behind this rank's next calls). */
+    fifo_prefetch_read(ll_slot(v, a->root, s + LL_PREFETCH, len * es),
+                       LL_WORDS(len * es) * sizeof(uint64_t));
+    direct_piece_done(v, s, lazy);
+    return chorusSuccess;
+}
+
 HOT_PATH static chorusResult_t broadcast(prims_t *p, const direct_view_t *v, const coll_args_t *a)
 {
     int me = v->rank, root = a->root;
-    size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
+    size_t es = p->esize, nbytes = a->count * es;
     const char *in = a->sendbuff;
     mem_ref_t zref;
+    uint64_t s = 0;
+    int lazy = nbytes <= DIRECT_LL_NBYTES && nbytes < v->zc_min_nbytes;
+    /* A call of one LL piece goes straight to it, past the cuts below (none applies to it
+     * unless zero-copy was set to start that low). */
+    if (a->count != 0 && nbytes <= DIRECT_LL_NBYTES &&
+        !(me == root && root_exposes(v, a, nbytes, &zref)))
+        return broadcast_ll(p, v, a, 0, a->count, lazy, &s);
     if (direct_cma_call(v, nbytes, v->cma_bcast_min_nbytes))
         return broadcast_cma(p, v, a);
     size_t slot = direct_slot_nbytes(v, nbytes);
     if (slot != 0)
         return broadcast_slotted(p, v, a, slot);
     int zc = me == root && root_exposes(v, a, nbytes, &zref);
-    int lazy = nbytes <= DIRECT_LL_NBYTES && nbytes < v->zc_min_nbytes;
-    uint64_t s = 0;
+    size_t per = v->buf_nbytes / es;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
-        int ll = len * es <= DIRECT_LL_NBYTES;
-        CHECK(direct_piece_begin(p, v, &s, ll ? LL_LAG : 2, ll ? 0 : v->buf_nbytes));
+        if (len * es <= DIRECT_LL_NBYTES) {
+            CHECK(broadcast_ll(p, v, a, off, len, lazy, &s));
+            continue;
+        }
+        CHECK(direct_piece_begin(p, v, &s, 2, v->buf_nbytes));
         char *out = (char *)a->recvbuff + off * es;
-        if (ll) {
-            /* The root writes and goes on: up to LL_LAG pieces ahead of the slowest reader. */
-            if (me == root) {
-                direct_ll_write(v, s, in + off * es, len * es);
-                if (out != in + off * es)
-                    p->ops->copy(out, in + off * es, len * es);
-            } else {
-                CHECK(direct_ll_read(p, v, root, s, out, len * es));
-                /* The root runs ahead: ask for a later piece's words now (one call's latency
-                 * between the cores hides behind this rank's next calls). */
-                fifo_prefetch_read(ll_slot(v, root, s + LL_PREFETCH, len * es),
-                                   LL_WORDS(len * es) * sizeof(uint64_t));
-                direct_piece_done(v, s, lazy);
-                continue;
-            }
-        } else if (me == root) {
+        if (me == root) {
             direct_publish_input(p, v, s, zc ? &zref : NULL, in, off, len);
             if (out != in + off * es)
                 prims_copy_out(p, out, in + off * es, len * es);

@@ -84,12 +84,9 @@ void comm_unregister(chorusComm_t comm, int aborted)
     pthread_mutex_unlock(&registry_lock);
 }
 
-/* 1: live; 2: aborted; 3: destroyed; 0: never a communicator (as far as memory goes). */
-HOT_PATH static int comm_state(const void *comm)
+/* comm_state past this thread's last answer: the registry under its lock. */
+static __attribute__((noinline)) int comm_state_slow(const void *comm, uint64_t gen)
 {
-    uint64_t gen = __atomic_load_n(&comm_registry_gen, __ATOMIC_ACQUIRE);
-    if (comm == comm_checked && gen == comm_checked_gen && comm != NULL)
-        return 1;
     int state = 0;
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < nlive && state == 0; i++)
@@ -104,6 +101,17 @@ HOT_PATH static int comm_state(const void *comm)
         comm_checked_gen = gen;
     }
     return state;
+}
+
+/* 1: live; 2: aborted; 3: destroyed; 0: never a communicator (as far as memory goes). Inline:
+ * every call asks, and the answer this thread had last stands while no communicator came or went
+ * (out of line, its prologue for the registry's lock cost as much as the test). */
+HOT_PATH static inline int comm_state(const void *comm)
+{
+    uint64_t gen = __atomic_load_n(&comm_registry_gen, __ATOMIC_ACQUIRE);
+    if (comm == comm_checked && gen == comm_checked_gen && comm != NULL)
+        return 1;
+    return comm_state_slow(comm, gen);
 }
 
 chorusResult_t chorusGetVersion(int *version)
