@@ -230,8 +230,18 @@ static chorusResult_t allreduce_cma(prims_t *p, const direct_view_t *v, const co
 HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, const coll_args_t *a,
                                          int twoshot, int zc_out)
 {
-    size_t es = p->esize, per = v->buf_nbytes / es, nbytes = a->count * es;
+    size_t es = p->esize, nbytes = a->count * es;
     const char *in = a->sendbuff;
+    uint64_t s = 0;
+    if (!twoshot && a->count != 0 && nbytes <= LINES_MAX_NBYTES) {
+        /* One piece as tagged lines, past the cuts below (all of them two-shot's or larger). */
+        CHECK(direct_piece_begin(p, v, &s, 2, 0));
+        direct_lines_write(v, s, in, nbytes);
+        CHECK(direct_lines_reduce_all(p, v, s, 0, a->recvbuff, a->count));
+        direct_piece_done(v, s, 0);
+        return chorusSuccess;
+    }
+    size_t per = v->buf_nbytes / es;
     mem_ref_t zref, oref;
     /* The vote's question depends only on what every rank shares (the size, the settings). */
     if (twoshot && !zc_out && v->zc_find != NULL && v->zc_arpush_min_nbytes != 0 &&
@@ -251,7 +261,6 @@ HOT_PATH static chorusResult_t allreduce(prims_t *p, const direct_view_t *v, con
         direct_cma_call(v, nbytes, v->cma_ar_min_nbytes) &&
         v->buf_nbytes / (size_t)(v->nranks - 1) >= 64)
         return allreduce_cma(p, v, a);
-    uint64_t s = 0;
     for (size_t off = 0; off < a->count; off += per) {
         size_t len = a->count - off < per ? a->count - off : per;
         int lines = !twoshot && len * es <= LINES_MAX_NBYTES;

@@ -270,8 +270,8 @@ chorusResult_t direct_wait_flag(prims_t *p, const direct_view_t *v, int r, size_
 chorusResult_t direct_wait_all(prims_t *p, const direct_view_t *v, size_t off, uint64_t s,
                                const char *what)
 {
-    for (int k = 1; k < v->nranks; k++)
-        CHECK(direct_wait_flag(p, v, (v->rank + k) % v->nranks, off, s, what));
+    for (int k = 1, r = v->rank + 1; k < v->nranks; k++, r++)
+        CHECK(direct_wait_flag(p, v, r < v->nranks ? r : r - v->nranks, off, s, what));
     return chorusSuccess;
 }
 
@@ -288,8 +288,10 @@ HOT_PATH chorusResult_t direct_piece_begin(prims_t *p, const direct_view_t *v, u
             lag = 1;
         *v->win_slot = win;
     }
-    for (int k = 1; s > lag && k < v->nranks; k++) {
-        int r = (v->rank + k) % v->nranks;
+    /* Peers from the next rank on, without a division (every call runs this). */
+    for (int k = 1, r = v->rank + 1; s > lag && k < v->nranks; k++, r++) {
+        if (r == v->nranks)
+            r = 0;
         if (v->done_seen[r] >= s - lag)
             continue;
         CHECK(direct_wait_flag(p, v, r, OFF_DONE, s - lag, "direct window done flag"));
