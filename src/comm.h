@@ -89,10 +89,16 @@ typedef struct channel {
 
 #define WIN_INLINE_RANKS 8
 
+#define HOST_SEEN 4
+
 struct chorusComm {
     uint32_t magic;
     int rank, nranks;
     int64_t timeout_ms;
+    /* The last buffers this communicator's calls found host memory (enqueue.c check_buffer):
+     * one passed again skips the look for a CUDA driver and the driver's question. */
+    const void *host_seen[HOST_SEEN];
+    unsigned host_seen_next;
     boot_t *boot;
     peer_info_t *peers;
     int nchannels;

@@ -41,18 +41,31 @@ static int is_p2p(coll_kind_t kind)
     "but this build of Chorus has no CUDA support (rebuild with -DCHORUS_ENABLE_CUDA=ON, or pass " \
     "host memory)"
 
-/* dev/host count the buffers of each kind the call passes (for the mixing check); cuda is the
- * call's mem_cuda_possible(). */
+/* dev/host count the buffers of each kind the call passes (for the mixing check); *cuda is the
+ * call's mem_cuda_possible(), -1 until a buffer needs it. A buffer this communicator found host
+ * memory in one of its last calls (host_seen) is taken as host again without asking: it could be
+ * device memory now only if the application freed it and a CUDA driver gave out the same address
+ * since. Any other buffer is asked about, with a look for a driver loaded since the last look
+ * (mem.c): about 11 ns a call here, 15 ns of a 2-rank 8 B broadcast's 80 when every call paid
+ * it. */
 HOT_PATH static inline __attribute__((always_inline)) chorusResult_t
-check_buffer(const char *fn, const char *name, const void *buf, size_t count, int rank, int cuda,
-             int *dev, int *host)
+check_buffer(chorusComm_t comm, const char *fn, const char *name, const void *buf, size_t count,
+             int rank, int *cuda, int *dev, int *host)
 {
     if (count == 0)
         return chorusSuccess;
     if (buf == NULL)
         return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is NULL with count %zu", fn,
                    rank, name, count);
-    if (!cuda || !mem_is_device(buf)) {
+    for (int i = 0; i < HOST_SEEN; i++)
+        if (comm->host_seen[i] == buf) {
+            (*host)++;
+            return chorusSuccess;
+        }
+    if (*cuda < 0)
+        *cuda = mem_cuda_possible();
+    if (!*cuda || !mem_is_device(buf)) {
+        comm->host_seen[comm->host_seen_next++ % HOST_SEEN] = buf;
         (*host)++;
         return chorusSuccess;
     }
@@ -122,39 +135,41 @@ HOT_PATH static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
         *on_device_p = 0;
         return chorusSuccess;
     }
-    int dev = 0, host = 0, cuda = mem_cuda_possible();
+    int dev = 0, host = 0, cuda = -1;
     switch (a->kind) {
     case COLL_ALLREDUCE:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "sendbuff", a->sendbuff, a->count, rank, &cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "recvbuff", a->recvbuff, a->count, rank, &cuda, &dev, &host));
         break;
     case COLL_BROADCAST:
         if (rank == a->root)
-            CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
+            CHECK(check_buffer(comm, fn, "sendbuff", a->sendbuff, a->count, rank, &cuda, &dev,
+                               &host));
+        CHECK(check_buffer(comm, fn, "recvbuff", a->recvbuff, a->count, rank, &cuda, &dev, &host));
         break;
     case COLL_REDUCE:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "sendbuff", a->sendbuff, a->count, rank, &cuda, &dev, &host));
         if (rank == a->root)
-            CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
+            CHECK(check_buffer(comm, fn, "recvbuff", a->recvbuff, a->count, rank, &cuda, &dev,
+                               &host));
         break;
     case COLL_ALLGATHER:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank, cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "sendbuff", a->sendbuff, a->count, rank, &cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "recvbuff", a->recvbuff, nall, rank, &cuda, &dev, &host));
         break;
     case COLL_REDUCESCATTER:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank, cuda, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "sendbuff", a->sendbuff, nall, rank, &cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "recvbuff", a->recvbuff, a->count, rank, &cuda, &dev, &host));
         break;
     case COLL_ALLTOALL:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, nall, rank, cuda, &dev, &host));
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, nall, rank, cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "sendbuff", a->sendbuff, nall, rank, &cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "recvbuff", a->recvbuff, nall, rank, &cuda, &dev, &host));
         break;
     case COLL_SEND:
-        CHECK(check_buffer(fn, "sendbuff", a->sendbuff, a->count, rank, cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "sendbuff", a->sendbuff, a->count, rank, &cuda, &dev, &host));
         break;
     case COLL_RECV:
-        CHECK(check_buffer(fn, "recvbuff", a->recvbuff, a->count, rank, cuda, &dev, &host));
+        CHECK(check_buffer(comm, fn, "recvbuff", a->recvbuff, a->count, rank, &cuda, &dev, &host));
         break;
     }
     if (dev > 0 && host > 0)

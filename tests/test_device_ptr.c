@@ -5,7 +5,10 @@
  * chorusCommInitAll device list is refused there too.
  *
  * The driver is played by tests/support/fake_libcuda.c (soname libcuda.so.1), loaded first the
- * way a CUDA application would have loaded the real one; Chorus never loads it itself.
+ * way a CUDA application would have loaded the real one; Chorus never loads it itself. With
+ * "late", it is loaded only after the communicator's host calls, and the device pointer comes at
+ * once: an application that starts CUDA after its first collectives (the driver is looked for
+ * on every call; a look every 100 ms until 2026-12-07 read such a pointer as host memory).
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -18,11 +21,12 @@
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s path/to/fake/libcuda.so.1\n", argv[0]);
+    if (argc < 2 || (argc > 2 && strcmp(argv[2], "late") != 0)) {
+        fprintf(stderr, "usage: %s path/to/fake/libcuda.so.1 [late]\n", argv[0]);
         return 2;
     }
-    if (dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) == NULL) {
+    int late = argc > 2;
+    if (!late && dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) == NULL) {
         fprintf(stderr, "FAIL: cannot load %s: %s\n", argv[1], dlerror());
         return 1;
     }
@@ -33,6 +37,19 @@ int main(int argc, char **argv)
     }
     int fails = 0;
     float host[4] = {1, 2, 3, 4}, out[4] = {0};
+    if (late) { /* host calls first, the driver's load right after */
+        for (int i = 0; i < 3; i++)
+            if (chorusAllReduce(host, out, 4, chorusFloat32, chorusSum, comm, NULL) !=
+                chorusSuccess) {
+                fprintf(stderr, "FAIL: host call before the load: %s\n", chorusGetLastError(comm));
+                return 1;
+            }
+        memset(out, 0, sizeof(out));
+        if (dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) == NULL) {
+            fprintf(stderr, "FAIL: cannot load %s: %s\n", argv[1], dlerror());
+            return 1;
+        }
+    }
     chorusResult_t res =
         chorusAllReduce(FAKE_DEVICE_PTR, out, 4, chorusFloat32, chorusSum, comm, NULL);
     const char *msg = chorusGetLastError(comm);
