@@ -180,7 +180,8 @@ chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes);
  * initialised CUDA (cudaSetDevice, or a current driver context): Chorus never loads it. A build
  * or a process without CUDA gets chorusInvalidUsage. Free it with chorusMemFree. */
 chorusResult_t chorusMemAllocDevice(void **ptr, size_t nbytes);
-/* Frees chorusMemAlloc and chorusMemAllocDevice memory. */
+/* Frees chorusMemAlloc and chorusMemAllocDevice memory; NULL does nothing. Any other pointer, one
+ * freed already included, gets chorusInvalidArgument and is left alone. */
 chorusResult_t chorusMemFree(void *ptr);
 
 /* Chorus extension (not in NCCL): the algorithm the tuner picks on comm for a collective of count

@@ -13,7 +13,9 @@
  * chorusMemAlloc memory is a memfd mapped shared and kept in a list of regions: the direct
  * algorithms let local peers map it (window.c opens /proc/<pid>/fd/<fd>) and read a rank's input
  * in place instead of copying it through the window (zero-copy). Where memfd_create fails it is
- * plain page-aligned memory, not in the list, and copied as any buffer.
+ * plain page-aligned memory, in the list without a memfd (fd -1: never zero-copy), and copied as
+ * any buffer. chorusMemFree frees only what the list holds (or a chorusMemAllocDevice pointer):
+ * any other pointer, one freed already included, is refused rather than handed to free().
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -109,7 +111,8 @@ int mem_find_region(const void *ptr, size_t nbytes, mem_ref_t *ref)
     int found = 0;
     pthread_mutex_lock(&regions_lock);
     for (mem_region_t *r = regions; r != NULL && !found; r = r->next) {
-        if (p >= r->base && nbytes <= r->nbytes && (size_t)(p - r->base) <= r->nbytes - nbytes) {
+        if (r->fd >= 0 && p >= r->base && nbytes <= r->nbytes &&
+            (size_t)(p - r->base) <= r->nbytes - nbytes) {
             *ref = (mem_ref_t){
                 r->id, (uint64_t)(p - r->base), (uint64_t)(uintptr_t)p, r->ino, r->fd, 0};
             found = 1;
@@ -152,12 +155,19 @@ chorusResult_t chorusMemAlloc(void **ptr, size_t nbytes)
          nbytes, strerror(errno));
     if (fd >= 0)
         close(fd);
-    free(r);
     void *p = NULL;
-    int rc = posix_memalign(&p, page, nbytes);
-    if (rc != 0)
+    int rc = r != NULL ? posix_memalign(&p, page, nbytes) : ENOMEM;
+    if (rc != 0) {
+        free(r);
         return ERR(chorusSystemError, SUB_ALLOC, "chorusMemAlloc of %zu bytes failed: %s", nbytes,
                    strerror(rc));
+    }
+    *r = (mem_region_t){p, nbytes, -1, 0, 0, NULL};
+    pthread_mutex_lock(&regions_lock);
+    r->id = ++last_region_id;
+    r->next = regions;
+    regions = r;
+    pthread_mutex_unlock(&regions_lock);
     *ptr = p;
     return chorusSuccess;
 }
@@ -182,14 +192,21 @@ chorusResult_t chorusMemFree(void *ptr)
                    "chorusMemFree: %p lies inside a chorusMemAlloc buffer but is not its start "
                    "(pass the pointer chorusMemAlloc returned)",
                    ptr);
-    if (found == NULL && CHORUS_HAVE_CUDA && ptr != NULL && mem_is_device(ptr))
+    if (found == NULL && ptr == NULL)
+        return chorusSuccess; /* as free(NULL) */
+    if (found == NULL && CHORUS_HAVE_CUDA && mem_is_device(ptr))
         return cuda_mem_free(ptr); /* chorusMemAllocDevice's (cuda_dev.c) */
-    if (found == NULL) {
-        free(ptr); /* plain memory (or NULL) */
-        return chorusSuccess;
+    if (found == NULL)
+        return ERR(chorusInvalidArgument, SUB_ALLOC,
+                   "chorusMemFree: %p is not a pointer chorusMemAlloc returned, or it was freed "
+                   "already (memory from malloc goes to free)",
+                   ptr);
+    if (found->fd >= 0) {
+        munmap(found->base, found->nbytes);
+        close(found->fd);
+    } else {
+        free(found->base); /* the plain memory of a chorusMemAlloc without a memfd */
     }
-    munmap(found->base, found->nbytes);
-    close(found->fd);
     free(found);
     return chorusSuccess;
 }

@@ -21,17 +21,19 @@
  * chorusInvalidUsage naming the abort (buffers untouched), and both ranks then destroy without
  * hanging. chorusMemAlloc/chorusMemFree: NULL ptr and 0 bytes refused; freeing a pointer inside a
  * buffer but not its start refused with chorusInvalidArgument (the buffer stays usable and is
- * freed); chorusMemAllocDevice in a process without CUDA is chorusInvalidUsage naming CUDA.
- * Malformed environment: each bad CHORUS_* value makes init (and chorusGetUniqueId, and
- * chorusCommInitAll) fail with chorusInvalidArgument and a message naming the variable; once
- * unset, init with the same id succeeds.
- * Exit 0: all passed; 1: a check failed (the first failures are printed).
+ * freed), and so are a second free, a stack buffer and malloc's memory (also of memory made without
+ * a memfd, no descriptor left); chorusMemAllocDevice in a process without CUDA is
+ * chorusInvalidUsage naming CUDA. Malformed environment: each bad CHORUS_* value makes init (and
+ * chorusGetUniqueId, and chorusCommInitAll) fail with chorusInvalidArgument and a message naming
+ * the variable; once unset, init with the same id succeeds. Exit 0: all passed; 1: a check failed
+ * (the first failures are printed).
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "chorus.h"
@@ -741,6 +743,40 @@ static void run_memalloc(void)
         FAIL("the buffer changed after the refused chorusMemFree");
     if (chorusMemFree(p) != chorusSuccess)
         FAIL("chorusMemFree(p): %s", chorusGetLastError(NULL));
+    /* Pointers chorusMemAlloc did not return (or no longer holds) are refused, not freed: a
+     * second free, a stack buffer, malloc's memory (free() crashed on the first two). */
+    char on_stack[64];
+    void *from_malloc = malloc(64);
+    void *bad[3] = {p, on_stack, from_malloc};
+    const char *bad_name[3] = {"a pointer freed already", "a stack buffer", "malloc'd memory"};
+    for (int i = 0; i < 3; i++) {
+        res = chorusMemFree(bad[i]);
+        if (res != chorusInvalidArgument ||
+            strstr(chorusGetLastError(NULL), "not a pointer chorusMemAlloc returned") == NULL)
+            FAIL("chorusMemFree of %s returned %s (want chorusInvalidArgument): %s", bad_name[i],
+                 chorusGetErrorString(res), chorusGetLastError(NULL));
+    }
+    free(from_malloc);
+    if (chorusMemFree(NULL) != chorusSuccess)
+        FAIL("chorusMemFree(NULL): %s", chorusGetLastError(NULL));
+    /* Without a memfd (no descriptor left) it is plain memory, freed and refused the same way. */
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+        struct rlimit none = {3, lim.rlim_max};
+        void *plain = NULL;
+        setrlimit(RLIMIT_NOFILE, &none);
+        res = chorusMemAlloc(&plain, 100);
+        setrlimit(RLIMIT_NOFILE, &lim);
+        if (res != chorusSuccess || plain == NULL) {
+            FAIL("chorusMemAlloc without a descriptor left: %s", chorusGetLastError(NULL));
+        } else {
+            memset(plain, 1, 100);
+            if (chorusMemFree(plain) != chorusSuccess)
+                FAIL("chorusMemFree of plain chorusMemAlloc memory: %s", chorusGetLastError(NULL));
+            if (chorusMemFree(plain) != chorusInvalidArgument)
+                FAIL("a second chorusMemFree of plain chorusMemAlloc memory was not refused");
+        }
+    }
 }
 
 int main(void)
