@@ -415,12 +415,15 @@ typedef struct p2p_op {
     conn_t *conn; /* NULL for a self send/recv */
     int peer;
     char *buf; /* const for sends */
-    size_t nbytes;
+    size_t nbytes; /* > 0 */
     size_t done;
+    int prev; /* the list's previous op with the same peer; -1: none (the caller's) */
+    int next, chain; /* p2p_run's: the next op with the same peer, and the next peer's op */
 } p2p_op_t;
 
 /* Progress every op to completion without deadlock: sends and receives to each peer advance in
- * issue order, all peers at once; self sends are matched to self receives in order. */
+ * issue order (an op waits for its prev), all peers at once; self sends are matched to self
+ * receives in order. */
 chorusResult_t p2p_run(p2p_op_t *sends, int nsends, p2p_op_t *recvs, int nrecvs,
                        const memops_ops_t *ops, const wait_ctx_t *w);
 

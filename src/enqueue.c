@@ -558,7 +558,9 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
         if (a->kind == COLL_ALLTOALL && a->sendbuff == a->recvbuff)
             copies += (a->count * dtype_nbytes(a->dtype) * n + 63) & ~(size_t)63;
     }
-    size_t lists = (2 * cap * sizeof(p2p_op_t) + 2 * cap * sizeof(conn_req_t) + 63) & ~(size_t)63;
+    size_t lists = (2 * cap * sizeof(p2p_op_t) + 2 * cap * sizeof(conn_req_t) +
+                    2 * (size_t)n * sizeof(int) + 63) &
+                   ~(size_t)63;
     char *mem = scratch_get(&comm->p2p_scratch, lists + copies);
     if (mem == NULL)
         return ERR(chorusSystemError, SUB_P2P,
@@ -566,8 +568,11 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
                    lists + copies);
     p2p_op_t *sends = (p2p_op_t *)mem, *recvs = sends + cap;
     conn_req_t *reqs = (conn_req_t *)(recvs + cap);
+    int *last_send = (int *)(reqs + 2 * cap), *last_recv = last_send + n; /* by peer: prev */
     char *copy = mem + lists;
     int ns = 0, nr = 0, nreq = 0;
+    for (int p = 0; p < n; p++)
+        last_send[p] = last_recv[p] = -1;
     for (int i = 0; i < nops; i++) {
         const coll_args_t *a = &ops[i].args;
         size_t nbytes = a->count * dtype_nbytes(a->dtype);
@@ -576,8 +581,16 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
         if (a->kind == COLL_SEND || a->kind == COLL_RECV) {
             int send = a->kind == COLL_SEND;
             comm_conn_t *cc = send ? &comm->sr_send[a->root] : &comm->sr_recv[a->root];
-            p2p_op_t o = {a->root == me ? NULL : &cc->conn, a->root,
-                          send ? (char *)a->sendbuff : a->recvbuff, nbytes, 0};
+            int *last = send ? &last_send[a->root] : &last_recv[a->root];
+            p2p_op_t o = {a->root == me ? NULL : &cc->conn,
+                          a->root,
+                          send ? (char *)a->sendbuff : a->recvbuff,
+                          nbytes,
+                          0,
+                          *last,
+                          -1,
+                          -1};
+            *last = send ? ns : nr;
             if (send)
                 sends[ns++] = o;
             else
@@ -600,10 +613,24 @@ static chorusResult_t run_p2p(chorusComm_t comm, const comm_op_t *ops, int nops)
         }
         for (int k = 0; k < n; k++) {
             int p = (me + k) % n; /* start with self, then spread over peers */
-            sends[ns++] = (p2p_op_t){p == me ? NULL : &comm->sr_send[p].conn, p,
-                                     (char *)src + nbytes * p, nbytes, 0};
-            recvs[nr++] = (p2p_op_t){p == me ? NULL : &comm->sr_recv[p].conn, p,
-                                     (char *)a->recvbuff + nbytes * p, nbytes, 0};
+            sends[ns] = (p2p_op_t){p == me ? NULL : &comm->sr_send[p].conn,
+                                   p,
+                                   (char *)src + nbytes * p,
+                                   nbytes,
+                                   0,
+                                   last_send[p],
+                                   -1,
+                                   -1};
+            recvs[nr] = (p2p_op_t){p == me ? NULL : &comm->sr_recv[p].conn,
+                                   p,
+                                   (char *)a->recvbuff + nbytes * p,
+                                   nbytes,
+                                   0,
+                                   last_recv[p],
+                                   -1,
+                                   -1};
+            last_send[p] = ns++;
+            last_recv[p] = nr++;
             want_conn(comm, CONN_SEND, p, 1, reqs, &nreq);
             want_conn(comm, CONN_RECV, p, 1, reqs, &nreq);
         }

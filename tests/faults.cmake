@@ -3,13 +3,14 @@
 #   faults_kill_{shm,net}_{4,8}   SIGKILL of rank 0, N/2 and N-1 mid-AllReduce, 20 trials each:
 #                                 every survivor gets chorusRemoteError within 1 s (shm) / 5 s
 #                                 (net, every rank its own CHORUS_HOSTID), naming the call and rank
+#   faults_kill_p2p_shm_4         the same mid-group of sends round the ring, 10 trials each
 #   faults_sigstop_{shm,net}      SIGSTOP of one of 4 ranks, CHORUS_TIMEOUT_MS=3000: chorusTimeout
 #                                 in 2.7..6 s, naming the stopped rank (2 trials per victim)
 #   faults_abort_{blocked,race,idle,busy}  chorusCommAbort from another thread, 100 trials each
 #   faults_init_missing_{env,id}  rank 3 of 4 never starts: init fails within T + 2 s naming it
 #   faults_init_root_dies         the root's process is killed during init: no rank hangs
 # Run times on 2 shared cores when every trial passes: kill_shm_4 32 s, kill_net_4 40 s,
-# kill_shm_8 44 s, kill_net_8 50 s, sigstop_* 29 s each, abort_* 2-9 s each, init_missing_* 14 s
+# kill_shm_8 44 s, kill_net_8 50 s, kill_p2p_shm_4 15 s, sigstop_* 29 s each, abort_* 2-9 s each, init_missing_* 14 s
 # each (5 trials), init_root_dies 12 s (4 trials): about 5 minutes for the label. A failing kill
 # or sigstop case stops after 3 failed trials, an init case after the first.
 # RUN_SERIAL for the kill and abort cases: their bounds are timing bounds, and 4-8 busy processes
@@ -24,6 +25,7 @@ target_link_libraries(test_faults chorus_test_harness)
 foreach(f_entry
     kill_shm_4:kill^shm^4:600 kill_net_4:kill^net^4:600
     kill_shm_8:kill^shm^8:900 kill_net_8:kill^net^8:900
+    kill_p2p_shm_4:kill_p2p^shm^4:300
     sigstop_shm:sigstop^shm:180 sigstop_net:sigstop^net:180
     abort_blocked:abort^blocked:300 abort_race:abort^race:300
     abort_idle:abort^idle:300 abort_busy:abort^busy:300

@@ -11,6 +11,10 @@
  *       has its own CHORUS_HOSTID (net), and its chorusGetLastError must name "chorusAllReduce
  *       #<its call count>" and "rank <victim>": the user has not been told of the failure yet,
  *       so chorusInvalidUsage ("aborted after an earlier error") is not the answer.
+ *   test_faults kill_p2p shm|net N [TRIALS]  the same with each call a group of 64 sends of 1024
+ *       floats to the next rank and 64 receives from the previous one (bit-exact): every survivor's
+ *       first failed group must return chorusRemoteError within the same bounds, naming the
+ *       victim (a send/recv's wait asks after its peers' processes, one each way).
  *   test_faults sigstop shm|net [TRIALS]  4 ranks, CHORUS_TIMEOUT_MS=3000, small all-reduces; the
  *       driver SIGSTOPs one rank (1, 3, 0, 2 in turn): every other rank's call must return
  *       chorusTimeout between 0.9 and 2 deadlines after the stop, naming the stopped rank.
@@ -98,6 +102,7 @@ typedef struct job {
     int port; /* CHORUS_ROOT=127.0.0.1:port */
     int max_log2; /* largest all-reduce: 2^max_log2 floats */
     int use_id; /* init by a unique id rank 0 makes, not by the environment */
+    int p2p; /* grouped sends and receives round the ring instead of all-reduces */
     uint64_t seed; /* the all-reduce sizes */
 } job_t;
 
@@ -305,7 +310,25 @@ static void wait_go(void)
         sleep_ms(5);
 }
 
-/* Join, then all-reduce until a call fails; report it, wait for the go, destroy. */
+/* kill_p2p's call: one group of P2P_OPS sends of count floats to the next rank and as many
+ * receives from the previous one (a chain of ops a peer each way); 0 or the failed result. */
+#define P2P_OPS 64
+static chorusResult_t ring_group(chorusComm_t comm, int rank, const float *send, float *recv,
+                                 size_t count, int call)
+{
+    int n = job.nranks, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    chorusResult_t res = chorusGroupStart();
+    for (int k = 0; k < P2P_OPS && res == chorusSuccess; k++) {
+        res = chorusSend(send + k * count, count, chorusFloat32, next, comm, NULL);
+        if (res == chorusSuccess)
+            res = chorusRecv(recv + k * count, count, chorusFloat32, prev, comm, NULL);
+    }
+    chorusResult_t end = chorusGroupEnd();
+    (void)call;
+    return res != chorusSuccess ? res : end;
+}
+
+/* Join, then all-reduce (or ring_group) until a call fails; report it, wait for the go, destroy. */
 static int rank_loop(int rank)
 {
     report_t *me = &sh->rep[rank];
@@ -320,7 +343,26 @@ static int rank_loop(int rank)
     store(&me->state, ST_INITED);
     size_t max = (size_t)1 << job.max_log2;
     float *send = malloc((max + 97) * sizeof(float)), *recv = malloc((max + 97) * sizeof(float));
-    for (int call = 1;; call++) {
+    for (int call = 1; job.p2p; call++) {
+        size_t count = max / P2P_OPS, prev = (size_t)((rank + job.nranks - 1) % job.nranks);
+        for (size_t i = 0; i < count * P2P_OPS; i++)
+            send[i] = input(rank, i, call);
+        res = ring_group(comm, rank, send, recv, count, call);
+        if (res != chorusSuccess) {
+            me->call_no = call;
+            record(me, ST_REPORTED, res, chorusGetLastError(comm));
+            break;
+        }
+        for (size_t i = 0; i < count * P2P_OPS; i++)
+            if (recv[i] != input((int)prev, i, call) && me->bad++ == 0) {
+                snprintf(me->text, sizeof(me->text),
+                         "group #%d: element %zu from rank %zu is %g, want %g", call, i, prev,
+                         recv[i], input((int)prev, i, call));
+                break;
+            }
+        store(&me->calls, call);
+    }
+    for (int call = 1; !job.p2p; call++) {
         size_t count = pick_count(call);
         float *out = call % 2 ? send : recv; /* odd calls in place */
         for (size_t i = 0; i < count; i++)
@@ -504,7 +546,7 @@ static int fault_trial(const char *trial, int victim, int sig, int want_res, int
             if (r == victim)
                 continue;
             int ms = check_survivor(r, t_fault, want_res, lo_ms, hi_ms, victim,
-                                    want_res == chorusRemoteError);
+                                    want_res == chorusRemoteError && !job.p2p);
             lo = ms < lo ? ms : lo;
             hi = ms > hi ? ms : hi;
         }
@@ -544,6 +586,18 @@ static int case_kill(int trials)
     job.max_log2 = 20; /* up to 4 MiB of floats */
     return run_faults("kill -9 mid-AllReduce", SIGKILL, victims, 3, trials, chorusRemoteError, 0,
                       job.net ? 5000 : 1000);
+}
+
+/* kill_p2p: the same, the ranks in groups of sends round the ring (each survivor's first failed
+ * group need not name a call number). */
+static int case_kill_p2p(int trials)
+{
+    int n = job.nranks, victims[3] = {0, n / 2, n - 1};
+    job.timeout_ms = 10000;
+    job.max_log2 = 16; /* 64 sends of 1024 floats each way */
+    job.p2p = 1;
+    return run_faults("kill -9 mid-group of sends", SIGKILL, victims, 3, trials, chorusRemoteError,
+                      0, job.net ? 5000 : 1000);
 }
 
 static int case_sigstop(int trials)
@@ -855,7 +909,8 @@ static int case_abort(const char *mode, int trials)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: test_faults kill shm|net N [TRIALS] | sigstop shm|net [TRIALS] |\n"
+    fprintf(stderr, "usage: test_faults kill|kill_p2p shm|net N [TRIALS] | sigstop shm|net "
+                    "[TRIALS] |\n"
                     "       abort blocked|race|idle|busy [TRIALS] | init_missing env|id "
                     "[TRIALS] | init_root_dies [TRIALS]\n");
     return 2;
@@ -889,6 +944,12 @@ int main(int argc, char **argv)
         if (job.nranks < 2 || job.nranks > MAX_RANKS)
             return usage();
         return case_kill(arg_int(argc, argv, 4, 20));
+    }
+    if (!strcmp(c, "kill_p2p") && argc > 3 && (job.net || !strcmp(a2, "shm"))) {
+        job.nranks = atoi(argv[3]);
+        if (job.nranks < 2 || job.nranks > MAX_RANKS)
+            return usage();
+        return case_kill_p2p(arg_int(argc, argv, 4, 10));
     }
     if (!strcmp(c, "sigstop") && (job.net || !strcmp(a2, "shm")))
         return case_sigstop(arg_int(argc, argv, 3, 2));

@@ -6,7 +6,8 @@
  * Grouped send/recv (chorusGroupStart/End): ring shift both ways round; a pairwise exchange of
  * 3 MiB with every peer in one group (three times the 1 MiB P2P FIFO, so it only completes when
  * the group progresses all peers together); self send/recv in either order; several sends to one
- * peer in one group, matched in issue order; count-0 sends with NULL buffers. chorusAlltoAll for
+ * peer in one group, matched in issue order; 20000 sends and receives in one group; count-0 sends
+ * with NULL buffers. chorusAlltoAll for
  * int8/int32/int64/float16/bfloat16/float32/float64 x count {0, 1, 1031, 100003} x in-place and
  * out-of-place. On thread ranks also NCCL's single-thread pattern: one thread issues every rank's
  * call between GroupStart and GroupEnd (all-reduce, all-reduce then broadcast, a 3 MiB send ring).
@@ -194,6 +195,49 @@ static void same_peer(chorusComm_t comm, int r, int n)
     }
 }
 
+/* One group of MANY_OPS 8-byte sends and as many receives, alternating between the two
+ * neighbours (one peer at 2 ranks, self at 1); odd ranks post all receives first. Each op's
+ * payload names its sender and index. The ops to a peer used to be progressed each checking every
+ * earlier one: 2000 pairs took 115 us each, and this group minutes (ctest's TIMEOUT). */
+#define MANY_OPS 20000
+static void many_ops(chorusComm_t comm, int r, int n)
+{
+    int next = (r + 1) % n, prev = (r - 1 + n) % n;
+    int32_t *sb = malloc(sizeof(int32_t) * 2 * MANY_OPS);
+    int32_t *rb = recv_alloc(sizeof(int32_t) * 2 * MANY_OPS);
+    if (sb == NULL) {
+        printf("FAIL: out of memory\n");
+        exit(1);
+    }
+    for (int k = 0; k < MANY_OPS; k++) {
+        sb[2 * k] = r * 1000003 + k;
+        sb[2 * k + 1] = ~(r * 1000003 + k);
+    }
+    CHECK_OK(chorusGroupStart());
+    for (int half = 0; half < 2; half++) {
+        int recvs = (half == 0) == (r % 2 == 1);
+        for (int k = 0; k < MANY_OPS; k++) {
+            if (recvs)
+                CHECK_OK(chorusRecv(rb + 2 * k, 2, chorusInt32, k % 2 ? next : prev, comm, NULL));
+            else
+                CHECK_OK(chorusSend(sb + 2 * k, 2, chorusInt32, k % 2 ? prev : next, comm, NULL));
+        }
+    }
+    CHECK_OK(chorusGroupEnd());
+    for (int k = 0; k < MANY_OPS; k++) {
+        int from = k % 2 ? next : prev;
+        if (rb[2 * k] != from * 1000003 + k || rb[2 * k + 1] != ~(from * 1000003 + k)) {
+            FAIL("rank %d: receive #%d of %d in one group (from rank %d): %d %d, want %d %d", r, k,
+                 MANY_OPS, from, rb[2 * k], rb[2 * k + 1], from * 1000003 + k,
+                 ~(from * 1000003 + k));
+            break;
+        }
+    }
+    expect_guard("many ops in one group", r, rb, sizeof(int32_t) * 2 * MANY_OPS);
+    free(sb);
+    free(rb);
+}
+
 /* Count-0 sends and receives (NULL buffers) beside a real one in a group, and alone. */
 static void zero_count(chorusComm_t comm, int r, int n)
 {
@@ -264,6 +308,7 @@ static void rank_body(chorusComm_t comm, int r, int n)
     self_send(comm, r, 1031, 0);
     self_send(comm, r, 3 * MIB / 4 + 1, 1);
     same_peer(comm, r, n);
+    many_ops(comm, r, n);
     zero_count(comm, r, n);
     static const chorusDataType_t types[] = {chorusInt8,    chorusInt32,    chorusInt64,
                                              chorusFloat16, chorusBfloat16, chorusFloat32,
