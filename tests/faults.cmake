@@ -10,9 +10,10 @@
 #   faults_init_missing_{env,id}  rank 3 of 4 never starts: init fails within T + 2 s naming it
 #   faults_init_root_dies         the root's process is killed during init: no rank hangs
 # Run times on 2 shared cores when every trial passes: kill_shm_4 32 s, kill_net_4 40 s,
-# kill_shm_8 44 s, kill_net_8 50 s, kill_p2p_shm_4 15 s, sigstop_* 29 s each, abort_* 2-9 s each, init_missing_* 14 s
-# each (5 trials), init_root_dies 12 s (4 trials): about 5 minutes for the label. A failing kill
-# or sigstop case stops after 3 failed trials, an init case after the first.
+# kill_shm_8 44 s, kill_net_8 50 s, kill_p2p_shm_4 15 s, sigstop_* 29 s each, abort_* 2-9 s
+# each, init_missing_* 14 s each (5 trials), init_root_dies 12 s (4 trials): about 5 minutes
+# for the label. A failing kill or sigstop case stops after 3 failed trials, an init case after
+# the first.
 # RUN_SERIAL for the kill and abort cases: their bounds are timing bounds, and 4-8 busy processes
 # on 2 cores are enough load. The sigstop and init cases mostly sleep (their survivors wait out a
 # timeout) and share a slot: run beside three 5-8-rank coll_large tests, sigstop_shm's slowest
