@@ -14,7 +14,6 @@
 #define _GNU_SOURCE
 #include "common.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "chorus_mpi.h"
+#include "ctx.h"
 #include "cuda_bufs.h"
 #include "data.h"
 #include "flags.h"
@@ -29,41 +29,26 @@
 #include "plain_store.h"
 #include "report.h"
 
-#define PERF_LINE_BYTES 256
 /* --compare mpi: the most blocks a row's -n iterations are cut into, alternating Chorus and MPI. */
 #define PERF_COMPARE_BLOCKS 8
 
-typedef enum { PERF_INIT_MPI, PERF_INIT_ENV, PERF_INIT_SINGLE } perf_init_t;
-
-typedef struct perf_ctx {
-    const perf_coll_t *coll;
-    perf_opts_t o;
-    perf_init_t init;
-    int rank, nranks;
-    chorusComm_t comm;
-    chorusStream_t stream;
-    char host[64];
-    char *sendbuf, *recvbuf, *expected;
-    size_t bufbytes;
-    /* --device cuda: the device buffers the calls use; sendbuf/recvbuf are their host mirrors,
-     * filled and checked on the host and copied outside the timed loops. */
-    char *dev_send, *dev_recv;
-    char device_name[96];
-    long long local_errors; /* checks of this rank that found wrong elements */
-    /* --rewrite 1|2: this column's input as prepared, copied over the buffer the call reads
-     * before each timed iteration (perf_rewrite) */
-    char *fresh;
-    size_t fresh_nbytes, fresh_cap;
-    perf_report_t report; /* the table, the summary and the -J file (report.c) */
-} perf_ctx_t;
-
-static perf_ctx_t perf_ctx;
+perf_ctx_t perf_ctx;
 
 static const char *perf_rewrite_how(int mode);
 
 /* Errors --------------------------------------------------------------------------------------- */
 
-static void perf_fail(const char *call, chorusResult_t res, const char *file, int line)
+/* The end of a run that failed (the cause printed already): the whole job under mpirun. */
+void perf_abort(void)
+{
+    fflush(stderr);
+    if (perf_ctx.init == PERF_INIT_MPI) {
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    exit(1);
+}
+
+void perf_fail(const char *call, chorusResult_t res, const char *file, int line)
 {
     const perf_ctx_t *ctx = &perf_ctx;
     const char *detail = chorusGetLastError(ctx->comm);
@@ -73,27 +58,8 @@ static void perf_fail(const char *call, chorusResult_t res, const char *file, in
     fprintf(stderr, "%s:%d: rank %d: %s failed: %s (%d): %s [%s:%d]\n", ctx->host, (int)getpid(),
             ctx->rank, call, chorusGetErrorString(res), (int)res,
             detail && detail[0] ? detail : "(no error text on this rank)", file, line);
-    fflush(stderr);
-    if (ctx->init == PERF_INIT_MPI) {
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    exit(1);
+    perf_abort();
 }
-
-#define PERF_CHECK(call)                                                                           \
-    do {                                                                                           \
-        chorusResult_t perf_res_ = (call);                                                         \
-        if (perf_res_ != chorusSuccess) {                                                          \
-            perf_fail(#call, perf_res_, __FILE__, __LINE__);                                       \
-        }                                                                                          \
-    } while (0)
-
-#define PERF_PRINT(...)                                                                            \
-    do {                                                                                           \
-        if (perf_ctx.rank == 0) {                                                                  \
-            printf(__VA_ARGS__);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 /* Cross-rank helpers: MPI under mpirun, Chorus itself otherwise. ------------------------------- */
 
@@ -141,7 +107,7 @@ static double perf_memcpy_gbps(void *dst, const void *src, size_t nbytes)
     return (double)nbytes * (double)copies / t / 1e9;
 }
 
-static long long perf_sum_ll(long long v)
+long long perf_sum_ll(long long v)
 {
     int64_t x = v;
     if (perf_ctx.init == PERF_INIT_MPI) {
@@ -170,6 +136,18 @@ static double perf_aggregate_time(double sec)
         PERF_CHECK(chorusAllReduce(&sec, &sec, 1, chorusFloat64, op, perf_ctx.comm, NULL));
     }
     return mode == 1 ? sec / perf_ctx.nranks : sec;
+}
+
+/* The least of v over ranks, so that every rank sweeps the same sizes. */
+size_t perf_min_size(size_t v)
+{
+    uint64_t x = v;
+    if (perf_ctx.init == PERF_INIT_MPI) {
+        MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    } else {
+        PERF_CHECK(chorusAllReduce(&x, &x, 1, chorusUint64, chorusMin, perf_ctx.comm, NULL));
+    }
+    return (size_t)x;
 }
 
 /* Launch --------------------------------------------------------------------------------------- */
@@ -233,20 +211,23 @@ static void perf_print_banner(perf_ctx_t *ctx)
                o->device_bufs     ? "cudaMalloc (GPU to GPU or staged: CHORUS_CUDA_P2P)"
                : o->register_bufs ? "chorusMemAlloc"
                                   : "malloc");
+    /* A --compare ignored clears both: nothing after the banner names the peer (the summary gave
+     * Gloo's missing types as the reason where Gloo lacks the collective). */
     if (o->compare_mpi && o->device_bufs) {
-        PERF_PRINT("# --compare mpi ignored with --device cuda: this MPI takes host buffers\n");
-        ctx->o.compare_mpi = 0;
+        PERF_PRINT("# --compare %s ignored with --device cuda: it takes host buffers\n",
+                   o->compare_gloo ? "gloo" : "mpi");
+        ctx->o.compare_mpi = ctx->o.compare_gloo = 0;
     } else if (o->compare_mpi && (ctx->init != PERF_INIT_MPI || ctx->coll->mpi_run == NULL)) {
         PERF_PRINT("# --compare %s ignored: not launched by mpirun, or no MPI counterpart\n",
                    o->compare_gloo ? "gloo" : "mpi");
-        ctx->o.compare_mpi = 0;
+        ctx->o.compare_mpi = ctx->o.compare_gloo = 0;
     } else if (o->compare_gloo && perf_gloo_missing() != NULL) {
         PERF_PRINT("# --compare gloo ignored: %s\n", perf_gloo_missing());
-        ctx->o.compare_mpi = 0;
+        ctx->o.compare_mpi = ctx->o.compare_gloo = 0;
     } else if (o->compare_gloo &&
                !perf_gloo_supported(ctx->coll->name, chorusFloat32, chorusSum, 1)) {
         PERF_PRINT("# --compare gloo ignored: Gloo has no %s\n", ctx->coll->name);
-        ctx->o.compare_mpi = 0;
+        ctx->o.compare_mpi = ctx->o.compare_gloo = 0;
     } else if (o->compare_gloo) {
         const char *vs =
             ctx->coll->mpi_in_place && !ctx->coll->no_inplace ? "in-place" : "out-of-place";
@@ -271,6 +252,29 @@ static void perf_print_banner(perf_ctx_t *ctx)
                    "values, %s; in %s times)\n",
                    o->rewrite, perf_rewrite_how(o->rewrite),
                    ctx->o.compare_mpi ? "both libraries'" : "the");
+    }
+    if (o->cputime) {
+        PERF_PRINT("# -C 1: the time columns are cputime (until the last call returned, before "
+                   "waiting for the stream), as nccl-tests'; algbw, busbw%s are from wall time, "
+                   "as nccl-tests' bandwidths\n",
+                   ctx->o.compare_mpi ? ", the peer's time (its calls block), the ratio and the "
+                                        "memcpy line"
+                                      : "");
+    }
+    if (o->root_given && !ctx->coll->rooted) {
+        PERF_PRINT("# -r %d ignored: %s has no root (as in nccl-tests)\n", o->root,
+                   ctx->coll->name);
+    }
+    if (o->timeout_s > 0) {
+        const char *ms = getenv("CHORUS_TIMEOUT_MS");
+        if (ctx->timeout_set) {
+            PERF_PRINT("# -T %d: CHORUS_TIMEOUT_MS=%s: a wait of a call that takes longer fails "
+                       "it, and the run ends with the error\n",
+                       o->timeout_s, ms != NULL ? ms : "?");
+        } else {
+            PERF_PRINT("# -T %d ignored: CHORUS_TIMEOUT_MS=%s is set\n", o->timeout_s,
+                       ms != NULL ? ms : "?");
+        }
     }
     if (o->json_path != NULL) {
         PERF_PRINT("# Writing JSON to %s\n", o->json_path);
@@ -551,12 +555,15 @@ static double perf_time_mpi(const perf_case_t *c, MPI_Datatype dt, MPI_Op op, in
     return perf_now() - t0;
 }
 
-/* res from this rank's total seconds over -n x -m calls: aggregated across ranks (-a), then
- * nccl-tests' bandwidths. */
-static void perf_result(const perf_case_t *c, double total, perf_result_t *res)
+/* res from this rank's total seconds over -n x -m calls, and the time until the last call
+ * returned (-C 1): aggregated across ranks (-a), then nccl-tests' bandwidths, which are from
+ * the wall time whatever -C says (nccl-tests' BenchTime). */
+static void perf_result(const perf_case_t *c, double total, double cpu_total, perf_result_t *res)
 {
     const perf_opts_t *o = &perf_ctx.o;
-    res->sec = perf_aggregate_time(total / ((double)o->iters * o->agg_iters));
+    double calls = (double)o->iters * o->agg_iters;
+    res->sec = perf_aggregate_time(total / calls);
+    res->cpu_sec = o->cputime ? perf_aggregate_time(cpu_total / calls) : res->sec;
     res->algbw = res->busbw = 0;
     if (res->sec > 0) {
         perf_ctx.coll->get_bw(c->counts.paramcount, perf_dtype_size(c->dtype), res->sec, c->nranks,
@@ -606,9 +613,9 @@ static void perf_bench(const perf_case_t *c, int in_place, perf_result_t *res, p
             mpi_total += perf_time_mpi(c, dt, op, iters);
         }
     }
-    perf_result(c, o->cputime ? cpu : total, res);
-    if (mpi_p != NULL) {
-        perf_result(c, mpi_total, mpi_p);
+    perf_result(c, total, cpu, res);
+    if (mpi_p != NULL) { /* MPI's and Gloo's calls block: their cputime is their time */
+        perf_result(c, mpi_total, mpi_total, mpi_p);
     }
     perf_barrier();
 
@@ -680,13 +687,17 @@ static void perf_warmup(size_t nbytes, chorusDataType_t dtype, chorusRedOp_t op,
     }
 }
 
+/* The size after nbytes (SIZE_MAX where it would overflow). From 0 a factor steps to 1: nccl-tests
+ * stays at 0 for ever there. */
 static size_t perf_next_size(size_t nbytes)
 {
     const perf_opts_t *o = &perf_ctx.o;
     if (o->stepfactor > 1) {
-        return nbytes == 0 ? 1 : nbytes * o->stepfactor;
+        return nbytes == 0                         ? 1
+               : nbytes > SIZE_MAX / o->stepfactor ? SIZE_MAX
+                                                   : nbytes * o->stepfactor;
     }
-    return nbytes + o->stepbytes;
+    return nbytes > SIZE_MAX - o->stepbytes ? SIZE_MAX : nbytes + o->stepbytes;
 }
 
 /* The size sweep of one dtype x op x root (nccl-tests' TimeTest). */
@@ -726,69 +737,40 @@ static void perf_time_test(chorusDataType_t dtype, chorusRedOp_t op, int root)
     }
 }
 
-static void *perf_alloc(size_t nbytes, int chorus_mem)
+/* One of the run's buffers (what: "send", "receive", "expected"), touched, so that a machine
+ * short of memory fails here, naming the buffer and its size, rather than in a timed loop. */
+static void *perf_alloc(size_t nbytes, int chorus_mem, const char *what)
 {
+    perf_ctx_t *ctx = &perf_ctx;
     void *p = NULL;
+    char call[128];
+    int err;
     if (chorus_mem) {
-        PERF_CHECK(chorusMemAlloc(&p, nbytes));
-    } else if (posix_memalign(&p, 4096, nbytes) != 0) {
-        perf_fail("posix_memalign", chorusSystemError, __FILE__, __LINE__);
+        chorusResult_t res = chorusMemAlloc(&p, nbytes);
+        if (res != chorusSuccess) {
+            snprintf(call, sizeof(call), "chorusMemAlloc of the %s buffer (%zu bytes; -e %zu)",
+                     what, nbytes, ctx->o.maxbytes);
+            perf_fail(call, res, __FILE__, __LINE__);
+        }
+    } else if ((err = posix_memalign(&p, 4096, nbytes)) != 0) {
+        fprintf(stderr,
+                "%s:%d: rank %d: cannot allocate the %s buffer: posix_memalign of %zu bytes "
+                "failed: %s (-e %zu; a lower -e needs less)\n",
+                ctx->host, (int)getpid(), ctx->rank, what, nbytes, strerror(err), ctx->o.maxbytes);
+        perf_abort();
     }
     return memset(p, 0, nbytes);
 }
 
 static void perf_free(void *p, int chorus_mem)
 {
+    if (p == NULL) {
+        return;
+    }
     if (chorus_mem) {
         PERF_CHECK(chorusMemFree(p));
     }
     free(chorus_mem ? NULL : p);
-}
-
-/* --compare gloo: Gloo's rendezvous, a file store in a directory rank 0 makes (the ranks share
- * this host's /tmp, or TMPDIR); every rank connects, and all learn whether every one could. */
-static int perf_gloo_start(perf_ctx_t *ctx, char *dir, int dirlen)
-{
-    char err[PERF_LINE_BYTES] = "";
-    int bad;
-    memset(dir, 0, (size_t)dirlen);
-    if (ctx->rank == 0) {
-        const char *tmp =
-            getenv("TMPDIR") != NULL && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
-        snprintf(dir, (size_t)dirlen, "%s/chorus-gloo-XXXXXX", tmp);
-        if (mkdtemp(dir) == NULL) {
-            snprintf(err, sizeof(err), "cannot make a rendezvous directory under %s (set TMPDIR)",
-                     tmp);
-            dir[0] = '\0';
-        }
-    }
-    MPI_Bcast(dir, dirlen, MPI_CHAR, 0, MPI_COMM_WORLD);
-    bad = dir[0] == '\0' || perf_gloo_init(ctx->rank, ctx->nranks, dir, err, sizeof(err)) != 0;
-    if (bad && (ctx->rank == 0 || dir[0] != '\0')) {
-        fprintf(stderr, "%s: rank %d: --compare gloo: %s\n", ctx->host, ctx->rank, err);
-    }
-    return perf_sum_ll(bad) != 0 ? -1 : 0;
-}
-
-/* Gloo's context closed on every rank, then rank 0 removes the store's files and directory. */
-static void perf_gloo_stop(perf_ctx_t *ctx, const char *dir)
-{
-    DIR *d;
-    struct dirent *e;
-    char path[PERF_LINE_BYTES * 2];
-    perf_gloo_finalize();
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (ctx->rank != 0 || dir[0] == '\0' || (d = opendir(dir)) == NULL) {
-        return;
-    }
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 static void perf_stream_destroy(perf_ctx_t *ctx)
@@ -799,6 +781,19 @@ static void perf_stream_destroy(perf_ctx_t *ctx)
         PERF_CHECK(chorusStreamDestroy(ctx->stream));
     }
     ctx->stream = NULL;
+}
+
+/* A run that stops before its buffers (a flag found wrong once the ranks are known, a -J file
+ * that cannot be written): the stream, the communicator and MPI closed; returns rc. */
+static int perf_close(perf_ctx_t *ctx, int rc)
+{
+    perf_stream_destroy(ctx);
+    PERF_CHECK(chorusCommDestroy(ctx->comm));
+    ctx->comm = NULL;
+    if (ctx->init == PERF_INIT_MPI) {
+        MPI_Finalize();
+    }
+    return rc;
 }
 
 int perf_main(int argc, char **argv, const perf_coll_t *coll)
@@ -840,7 +835,21 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
             return 2;
         }
     }
+    if (ctx->o.timeout_s > 0 && getenv("CHORUS_TIMEOUT_MS") == NULL) {
+        /* nccl-tests' -T: seconds before a stuck call is given up. The library reads its
+         * variables when a communicator is made, so before that; the user's setting wins. */
+        char ms[32];
+        snprintf(ms, sizeof(ms), "%lld", (long long)ctx->o.timeout_s * 1000);
+        setenv("CHORUS_TIMEOUT_MS", ms, 1);
+        ctx->timeout_set = 1;
+    }
     perf_comm_init(ctx);
+    if (coll->rooted && ctx->o.root >= ctx->nranks) {
+        PERF_PRINT("invalid value '%d' for option -r: %d ranks have roots 0 to %d (-1: each in "
+                   "turn)\n",
+                   ctx->o.root, ctx->nranks, ctx->nranks - 1);
+        return perf_close(ctx, 2);
+    }
     if (!ctx->o.stream_null && ctx->o.device_bufs) {
         if ((ctx->stream = perf_cuda_stream_create()) == NULL) {
             perf_fail("cudaStreamCreate", chorusUnhandledCudaError, __FILE__, __LINE__);
@@ -857,9 +866,8 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
                                                                             : "single",
                                   .host = ctx->host};
     perf_print_banner(ctx);
-    if (ctx->o.root >= ctx->nranks) {
-        PERF_PRINT("invalid root %d for %d ranks\n", ctx->o.root, ctx->nranks);
-        perf_fail("-r root check", chorusInvalidArgument, __FILE__, __LINE__);
+    if (perf_fit_memory(ctx) != 0) {
+        return perf_close(ctx, 2);
     }
     /* After the banner, which may turn --compare off: the file records what runs. Every rank
      * learns whether rank 0 could create it. */
@@ -869,18 +877,14 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
         if (gloo_dir[0] != '\0') {
             perf_gloo_stop(ctx, gloo_dir);
         }
-        perf_stream_destroy(ctx);
-        PERF_CHECK(chorusCommDestroy(ctx->comm));
-        if (ctx->init == PERF_INIT_MPI) {
-            MPI_Finalize();
-        }
-        return 2;
+        return perf_close(ctx, 2);
     }
 
     ctx->bufbytes = (ctx->o.maxbytes < 64 ? 64 : ctx->o.maxbytes) + 64;
-    ctx->sendbuf = perf_alloc(ctx->bufbytes, ctx->o.register_bufs);
-    ctx->recvbuf = perf_alloc(ctx->bufbytes, ctx->o.register_bufs);
-    ctx->expected = perf_alloc(ctx->bufbytes, 0);
+    ctx->sendbuf = perf_alloc(ctx->bufbytes, ctx->o.register_bufs, "send");
+    ctx->recvbuf = perf_alloc(ctx->bufbytes, ctx->o.register_bufs, "receive");
+    /* The expected values serve the checks (-c, and Gloo's result, checked with -c) only. */
+    ctx->expected = ctx->o.check > 0 ? perf_alloc(ctx->bufbytes, 0, "expected") : NULL;
     if (ctx->o.device_bufs && ((ctx->dev_send = perf_cuda_alloc(ctx->bufbytes)) == NULL ||
                                (ctx->dev_recv = perf_cuda_alloc(ctx->bufbytes)) == NULL)) {
         perf_fail("cudaMalloc", chorusUnhandledCudaError, __FILE__, __LINE__);
@@ -889,6 +893,18 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll)
 
     nroots = coll->rooted && ctx->o.root == -1 ? ctx->nranks : 1;
     root0 = coll->rooted ? (ctx->o.root == -1 ? 0 : ctx->o.root) : -1;
+    /* The memcpy line's row: float32 (else the first dtype), sum (else the first op), the first
+     * root, not whichever sweep came last. */
+    ctx->report.yard_dtype = (chorusDataType_t)ctx->o.types[0];
+    for (int t = 0; t < ctx->o.ntypes; t++) {
+        ctx->report.yard_dtype =
+            ctx->o.types[t] == chorusFloat32 ? chorusFloat32 : ctx->report.yard_dtype;
+    }
+    ctx->report.yard_op = coll->reduces ? (chorusRedOp_t)ctx->o.ops[0] : chorusSum;
+    for (int k = 0; coll->reduces && k < ctx->o.nops; k++) {
+        ctx->report.yard_op = ctx->o.ops[k] == chorusSum ? chorusSum : ctx->report.yard_op;
+    }
+    ctx->report.yard_root = root0;
     for (int t = 0; t < ctx->o.ntypes; t++) {
         for (int k = 0; k < (coll->reduces ? ctx->o.nops : 1); k++) {
             for (int r = 0; r < nroots; r++) {

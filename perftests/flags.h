@@ -11,6 +11,8 @@
 typedef struct perf_opts {
     size_t minbytes, maxbytes, stepbytes, stepfactor;
     int iters, warmup, agg_iters, check, blocking, stream_null, average, cputime, root;
+    int root_given; /* -r was on the command line (a collective without a root notes it) */
+    int timeout_s; /* -T: seconds a wait may take (CHORUS_TIMEOUT_MS, common.c); 0: the library's */
     int compare_mpi, register_bufs; /* compare_mpi: --compare names a peer (mpi or gloo) */
     int compare_gloo; /* --compare gloo: the peer is Gloo (peer_gloo.h), not MPI */
     int device_bufs; /* --device cuda: cudaMalloc'd buffers (the call stages them) */

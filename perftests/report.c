@@ -6,7 +6,9 @@
  * can find it by name: with --compare mpi, MPI's out-of-place time and busbw and the ratio
  * mpi / chorus (> 1: Chorus faster); with a tuning_name, the tuner's algo and the model's pred.
  * The summary keeps nccl-tests' two lines and, with --compare mpi, adds the MPI busbw average and
- * the geometric mean, minimum and maximum of the ratio with the rows where Chorus was slower.
+ * the geometric mean, minimum and maximum of the ratio with the rows where Chorus was slower (rows
+ * of 0 bytes, an empty call for both, left out). With -C 1 the time columns are cputime, as
+ * nccl-tests'; bandwidths and ratios are from wall time (nccl-tests' bandwidths are too).
  *
  * The -J file is one JSON object per run, written as rows come so a long sweep leaves its rows
  * behind: run description first, then "rows", then "summary". Numbers that are not finite are
@@ -30,8 +32,31 @@ extern char **environ;
 
 /* JSON ----------------------------------------------------------------------------------------- */
 
-/* s as a JSON string: quotes, backslashes and control bytes escaped; bytes above 127 escaped as
- * the code point of the same value, so any input gives valid JSON. NULL: null. */
+/* Bytes of the well-formed UTF-8 sequence of 2 to 4 bytes at p, or 0 (RFC 3629's table: no
+ * overlong form, no surrogate, nothing above U+10FFFF). Stops at a NUL, which is never a
+ * continuation byte. */
+static int utf8_len(const unsigned char *p)
+{
+    int n = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
+            : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+            : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                           : 0;
+    unsigned char lo = p[0] == 0xe0 ? 0xa0 : p[0] == 0xf0 ? 0x90 : 0x80;
+    unsigned char hi = p[0] == 0xed ? 0x9f : p[0] == 0xf4 ? 0x8f : 0xbf;
+    if (n == 0 || p[1] < lo || p[1] > hi) {
+        return 0;
+    }
+    for (int k = 2; k < n; k++) {
+        if ((p[k] & 0xc0) != 0x80) {
+            return 0;
+        }
+    }
+    return n;
+}
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped; UTF-8 (a path, an argument
+ * like é) passes through as it is; a byte that is not part of well-formed UTF-8 is escaped as the
+ * code point of the same value (read as Latin-1), so any input gives valid JSON. NULL: null. */
 static void json_str(FILE *f, const char *s)
 {
     if (s == NULL) {
@@ -40,7 +65,11 @@ static void json_str(FILE *f, const char *s)
     }
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\') {
+        int n = *p >= 0x80 ? utf8_len(p) : 0;
+        if (n > 0) {
+            fwrite(p, 1, (size_t)n, f);
+            p += n - 1;
+        } else if (*p == '"' || *p == '\\') {
             fputc('\\', f);
             fputc(*p, f);
         } else if (*p < 0x20 || *p >= 0x7f) {
@@ -61,10 +90,16 @@ static void json_num(FILE *f, double v)
     }
 }
 
-static void json_result(FILE *f, const perf_result_t *res, int with_wrong)
+/* A column group's numbers; time_us is the table's time column (cputime: -C 1, with the wall
+ * time the bandwidths are from in wall_us). */
+static void json_result(FILE *f, const perf_result_t *res, int with_wrong, int cputime)
 {
     fputs("{\"time_us\": ", f);
-    json_num(f, res->sec * 1e6);
+    json_num(f, (cputime ? res->cpu_sec : res->sec) * 1e6);
+    if (cputime) {
+        fputs(", \"wall_us\": ", f);
+        json_num(f, res->sec * 1e6);
+    }
     fputs(", \"algbw\": ", f);
     json_num(f, res->algbw);
     fputs(", \"busbw\": ", f);
@@ -254,10 +289,35 @@ static void perf_format_time(char *buf, size_t len, double usec)
     }
 }
 
+/* The ratio column in the same way, 6 wide: Gloo's small calls take thousands of times Chorus'
+ * (5766.85 overflowed %6.2f). */
+static void perf_format_ratio(char *buf, size_t len, double ratio)
+{
+    if (ratio >= 1000.0) {
+        snprintf(buf, len, "%6.0f", ratio);
+    } else if (ratio >= 100.0) {
+        snprintf(buf, len, "%6.1f", ratio);
+    } else {
+        snprintf(buf, len, "%6.2f", ratio);
+    }
+}
+
+/* The widths of the peer's time and busbw columns: their headers' ("gloo(us)" is 8 wide). */
+static int perf_peer_time_width(const perf_report_t *r)
+{
+    return r->o->compare_gloo ? 8 : 7;
+}
+
+static int perf_peer_bw_width(const perf_report_t *r)
+{
+    return r->o->compare_gloo ? 9 : 8;
+}
+
 void perf_report_header(const perf_report_t *r)
 {
     const char *t = r->o->cputime ? "cputime" : "time";
     int compare = r->o->compare_mpi, tuning = r->coll->tuning_name != NULL;
+    int tw = perf_peer_time_width(r), bw = perf_peer_bw_width(r);
     REPORT_PRINT(r,
                  "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
                  "in-place          %s\n",
@@ -271,20 +331,20 @@ void perf_report_header(const perf_report_t *r)
                  "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw",
                  "busbw", "#wrong");
     if (compare) {
-        REPORT_PRINT(r, "  %7s  %8s  %6s", r->o->compare_gloo ? "gloo(us)" : "mpi(us)",
+        REPORT_PRINT(r, "  %*s  %*s  %6s", tw, r->o->compare_gloo ? "gloo(us)" : "mpi(us)", bw,
                      r->o->compare_gloo ? "gloobusbw" : "mpibusbw", "ratio");
     }
     if (tuning) {
-        REPORT_PRINT(r, "  %5s  %8s", "algo", "pred");
+        REPORT_PRINT(r, "  %7s  %8s", "algo", "pred");
     }
     REPORT_PRINT(r, "\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", "(B)",
                  "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
                  "(GB/s)", "");
     if (compare) {
-        REPORT_PRINT(r, "  %7s  %8s  %6s", "(us)", "(GB/s)", "");
+        REPORT_PRINT(r, "  %*s  %*s  %6s", tw, "(us)", bw, "(GB/s)", "");
     }
     if (tuning) {
-        REPORT_PRINT(r, "  %5s  %8s", "", "(us)");
+        REPORT_PRINT(r, "  %7s  %8s", "", "(us)");
     }
     REPORT_PRINT(r, "\n");
 }
@@ -292,15 +352,16 @@ void perf_report_header(const perf_report_t *r)
 static void perf_print_result(const perf_report_t *r, const perf_result_t *res)
 {
     char tstr[32], wstr[32] = "N/A";
-    perf_format_time(tstr, sizeof(tstr), res->sec * 1e6);
+    perf_format_time(tstr, sizeof(tstr), (r->o->cputime ? res->cpu_sec : res->sec) * 1e6);
     if (res->wrong >= 0) {
         snprintf(wstr, sizeof(wstr), "%lld", res->wrong);
     }
     REPORT_PRINT(r, "  %7s  %6.2f  %6.2f  %5s", tstr, res->algbw, res->busbw, wstr);
 }
 
-/* mpi / chorus time (out of place, or in place where MPI's call is), 0 when either is not
- * positive. */
+/* mpi / chorus wall time (out of place, or in place where MPI's call is; with -C 1 too: MPI's
+ * calls block, and a cputime of Chorus' would compare a time to return with a time to finish), 0
+ * when either is not positive. */
 static double perf_row_ratio(const perf_row_t *row)
 {
     double chorus = row->mpi_vs_ip ? row->ip.sec : row->oop.sec;
@@ -316,17 +377,17 @@ static void perf_json_row(perf_report_t *r, const perf_row_t *row, double ratio)
     fputs(", \"redop\": ", f);
     json_str(f, r->coll->reduces ? perf_op_name(row->op) : "none");
     fprintf(f, ", \"root\": %d,\n     \"out_of_place\": ", row->root);
-    json_result(f, &row->oop, 1);
+    json_result(f, &row->oop, 1, r->o->cputime);
     fputs("},\n     \"in_place\": ", f);
     if (r->coll->no_inplace) {
         fputs("null", f);
     } else {
-        json_result(f, &row->ip, 1);
+        json_result(f, &row->ip, 1, r->o->cputime);
         fputc('}', f);
     }
     fputs(",\n     \"mpi\": ", f);
     if (row->has_mpi) {
-        json_result(f, &row->mpi, 0);
+        json_result(f, &row->mpi, 0, 0);
         fprintf(f, ", \"vs\": \"%s\", \"ratio\": ", row->mpi_vs_ip ? "in_place" : "out_of_place");
         json_num(f, ratio > 0 ? ratio : NAN);
         fputc('}', f);
@@ -358,25 +419,37 @@ void perf_report_row(perf_report_t *r, const perf_row_t *row)
         r->bw_count++;
     }
     if (r->o->compare_mpi && row->has_mpi) {
-        char tstr[32];
+        char tstr[32], rstr[32];
         perf_format_time(tstr, sizeof(tstr), row->mpi.sec * 1e6);
-        REPORT_PRINT(r, "  %7s  %8.2f  %6.2f", tstr, row->mpi.busbw, ratio);
+        perf_format_ratio(rstr, sizeof(rstr), ratio);
+        REPORT_PRINT(r, "  %*s  %*.2f  %6s", perf_peer_time_width(r), tstr, perf_peer_bw_width(r),
+                     row->mpi.busbw, rstr);
     } else if (r->o->compare_mpi) {
-        REPORT_PRINT(r, "  %7s  %8s  %6s", "N/A", "N/A", "N/A");
+        REPORT_PRINT(r, "  %*s  %*s  %6s", perf_peer_time_width(r), "N/A", perf_peer_bw_width(r),
+                     "N/A", "N/A");
     }
     if (row->algo != NULL) {
         char tstr[32];
         perf_format_time(tstr, sizeof(tstr), row->pred_us);
-        REPORT_PRINT(r, "  %5s  %8s", row->algo, tstr);
+        REPORT_PRINT(r, "  %7s  %8s", row->algo, tstr);
     }
     REPORT_PRINT(r, "\n");
 
-    if (r->largest_nbytes != PERF_YARDSTICK_NBYTES &&
+    /* The yardstick: the 64 MiB (else the largest) row of one sweep, common.c's pick; every sweep
+     * has the same sizes, and the last one's (bfloat16 avg under -d all -o all) stood before. */
+    if (row->dtype == r->yard_dtype && row->op == r->yard_op && row->root == r->yard_root &&
+        r->largest_nbytes != PERF_YARDSTICK_NBYTES &&
         (row->nbytes >= r->largest_nbytes || row->nbytes == PERF_YARDSTICK_NBYTES)) {
         r->largest_nbytes = row->nbytes;
         r->largest_busbw = row->oop.busbw;
     }
     if (ratio > 0) {
+        r->mpi_bw_rows++;
+        r->mpi_bw_sum += row->mpi.busbw;
+    }
+    if (ratio > 0 && row->nbytes == 0) {
+        r->mpi_empty++;
+    } else if (ratio > 0) {
         char desc[64];
         snprintf(desc, sizeof(desc), "%zu B %s", row->nbytes, perf_type_name(row->dtype));
         if (r->coll->reduces) {
@@ -389,7 +462,6 @@ void perf_report_row(perf_report_t *r, const perf_row_t *row)
         r->mpi_rows++;
         r->mpi_slower += ratio < 1.0;
         r->log_ratio_sum += log(ratio);
-        r->mpi_bw_sum += row->mpi.busbw;
         if (ratio < r->min_ratio) {
             r->min_ratio = ratio;
             snprintf(r->min_row, sizeof(r->min_row), "%s", desc);
@@ -410,20 +482,31 @@ void perf_report_row(perf_report_t *r, const perf_row_t *row)
 int perf_report_finish(perf_report_t *r, long long errors)
 {
     double avg_bw = r->bw_count ? r->bw_sum / (double)r->bw_count : 0.0;
-    double mpi_bw = r->mpi_rows ? r->mpi_bw_sum / (double)r->mpi_rows : 0.0;
+    double mpi_bw = r->mpi_bw_rows ? r->mpi_bw_sum / (double)r->mpi_bw_rows : 0.0;
     double geomean = r->mpi_rows ? exp(r->log_ratio_sum / (double)r->mpi_rows) : 0.0;
     FILE *f = r->json;
 
     REPORT_PRINT(r, "# Out of bounds values : %lld %s\n", errors, errors ? "FAILED" : "OK");
     REPORT_PRINT(r, "# Avg bus bandwidth    : %g \n", avg_bw);
-    if (r->o->compare_mpi && r->mpi_rows > 0) {
+    if (r->o->compare_mpi && r->mpi_bw_rows > 0) {
         const char *peer = r->o->compare_gloo ? "Gloo" : "MPI";
+        char empty[128] = "";
+        if (r->mpi_empty > 0) {
+            snprintf(empty, sizeof(empty),
+                     "; %ld row%s of 0 bytes (an empty call for both) left out", r->mpi_empty,
+                     r->mpi_empty > 1 ? "s" : "");
+        }
         REPORT_PRINT(r, "# Avg %s bus bandwidth: %g \n", peer, mpi_bw);
-        REPORT_PRINT(r,
-                     "# %s/Chorus time ratio: geomean %.3f, min %.3f (%s), max %.3f (%s); "
-                     "Chorus slower in %ld of %ld rows\n",
-                     peer, geomean, r->min_ratio, r->min_row, r->max_ratio, r->max_row,
-                     r->mpi_slower, r->mpi_rows);
+        if (r->mpi_rows > 0) {
+            REPORT_PRINT(r,
+                         "# %s/Chorus time ratio: geomean %.3f, min %.3f (%s), max %.3f (%s); "
+                         "Chorus slower in %ld of %ld rows%s\n",
+                         peer, geomean, r->min_ratio, r->min_row, r->max_ratio, r->max_row,
+                         r->mpi_slower, r->mpi_rows, empty);
+        } else {
+            REPORT_PRINT(r, "# %s/Chorus time ratio: no row of more than 0 bytes has a %s time%s\n",
+                         peer, peer, empty);
+        }
     } else if (r->o->compare_gloo) {
         REPORT_PRINT(r, "# Gloo/Chorus time ratio: no row has a Gloo time (Gloo lacks half, "
                         "bfloat16, uint32, avg and calls of no element)\n");
@@ -447,8 +530,8 @@ int perf_report_finish(perf_report_t *r, long long errors)
     json_num(f, avg_bw);
     fputs(", \"mpi\": ", f);
     if (r->o->compare_mpi && r->mpi_rows > 0) {
-        fprintf(f, "{\"rows\": %ld, \"slower_rows\": %ld, \"avg_busbw\": ", r->mpi_rows,
-                r->mpi_slower);
+        fprintf(f, "{\"rows\": %ld, \"slower_rows\": %ld, \"empty_rows\": %ld, \"avg_busbw\": ",
+                r->mpi_rows, r->mpi_slower, r->mpi_empty);
         json_num(f, mpi_bw);
         fputs(", \"geomean_ratio\": ", f);
         json_num(f, geomean);

@@ -13,7 +13,8 @@
 
 /* One column group of a row: seconds per call (aggregated over ranks as -a says) and bandwidths. */
 typedef struct perf_result {
-    double sec;
+    double sec; /* wall time: the bandwidths and the ratio are from it */
+    double cpu_sec; /* -C 1: until the last call returned (the time column then); else sec */
     double algbw, busbw; /* GB/s */
     long long wrong; /* wrong elements summed over ranks; -1: not checked (-c 0) */
 } perf_result_t;
@@ -44,7 +45,11 @@ typedef struct perf_report {
     long rows;
     double bw_sum; /* Chorus busbw, out of place and in place, as nccl-tests' average */
     long bw_count;
-    long mpi_rows, mpi_slower; /* rows with an MPI time; of them, where MPI took less time */
+    /* rows of more than 0 bytes with a ratio; of them, where MPI took less time. Rows of 0 bytes
+     * (an empty call for both libraries: argument checks, at the timer's resolution) are left out
+     * of the ratio's summary and counted in mpi_empty. */
+    long mpi_rows, mpi_slower, mpi_empty;
+    long mpi_bw_rows; /* rows with an MPI time, 0 bytes too (the busbw average, as nccl-tests') */
     double log_ratio_sum, mpi_bw_sum;
     double min_ratio, max_ratio;
     char min_row[64], max_row[64]; /* "8 B float sum" of the row with min_ratio / max_ratio */
@@ -53,6 +58,9 @@ typedef struct perf_report {
      * mpi) rank 0's single-core memcpy of that many bytes, measured after the sweep while the
      * other ranks wait asleep (0: not measured): the summary gives the one as a share of the
      * other. */
+    chorusDataType_t yard_dtype; /* the sweep the yardstick row comes from (common.c): */
+    chorusRedOp_t yard_op; /* float32, sum, the first root where the run has them */
+    int yard_root;
     size_t largest_nbytes; /* the yardstick row's size */
     double largest_busbw;
     double memcpy_gbps;

@@ -110,6 +110,24 @@ function(chorus_perftests_add_tests run)
     COMMAND ${tests_dir}/perftests_plot.sh ${mpirun}
       $<TARGET_FILE:all_reduce_perf> ${PROJECT_SOURCE_DIR}/perftests/plot
     TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=45)
+  # -C 1 (cputime) with --compare mpi: the time columns are cputime, the ratio MPI's wall time over
+  # Chorus' (the -J file's wall_us), as nccl-tests' bandwidths are from wall time. 3 rows.
+  chorus_add_test(NAME perf_all_reduce_cputime
+    COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 1K -e 256K -f 16 -d float
+      -o sum -n 4 -w 1 -y 0 -C 1 --compare mpi
+    TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=90 CHORUS_PERF_JSON_ROWS=3)
+  # Rows of 0 bytes (-b 0, and 1, 2, 4 B of doubles: no element) stay in the table, as nccl-tests
+  # prints them, but out of the MPI ratio's summary (summary.mpi.empty_rows counts them). 0, 1, 2,
+  # 4, 8, 16: 6 rows.
+  chorus_add_test(NAME perf_all_reduce_empty_rows
+    COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_reduce_perf> -b 0 -e 16 -f 2 -d double
+      -o sum -n 3 -w 1 --compare mpi
+    TIMEOUT 120 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=90 CHORUS_PERF_JSON_ROWS=6)
+  # Bad flags refused with a message naming them, maxBytes fitted to memory, -T, -r, the memcpy
+  # line's row, JSON strings, the peer's labels and columns (tests/perftests_flags.sh).
+  chorus_add_test(NAME perf_flags
+    COMMAND ${tests_dir}/perftests_flags.sh ${mpirun} $<TARGET_FILE_DIR:all_reduce_perf>
+    TIMEOUT 180 LABELS perf mpi)
   # perftests/table on -J files the script writes (no MPI run).
   chorus_add_test(NAME perf_table
     COMMAND ${tests_dir}/perftests_table.sh ${PROJECT_SOURCE_DIR}/perftests/table

@@ -9,13 +9,15 @@ of the printed table (--table: rank 0's stdout), in order, with the same size, c
 and root; every checked row has 0 wrong elements. With --compare, a row has MPI numbers exactly
 when MPI has its dtype (all but half and bfloat16), its "vs" names the Chorus time it is compared
 with (in_place for broadcast_perf, whose MPI_Bcast has one buffer; out_of_place otherwise), its
-ratio is MPI's time over that one, and the summary's MPI counts, geometric mean, minimum and
-maximum are those of the rows; without, no row has MPI numbers. --compare gloo: the same of Gloo's
-numbers (under the rows' "mpi" key; flags.compare "gloo", a top-level "peer_library"), which Gloo
-has for every dtype but half, bfloat16 and uint32, every op but avg, and calls of at least one
-element. --env NAME=VALUE: the run recorded NAME with VALUE (NAME= : recorded as unset); for
-MALLOC_MMAP_MAX_ also the top-level "malloc_mmap_max". Times are only checked to be numbers: a
-timing never fails a test. Exit 0: all hold; 1: one does not.
+ratio is MPI's time over that one (wall times: with -C 1 the Chorus group's wall_us), and the
+summary's MPI counts, geometric mean, minimum and maximum are those of the rows of more than 0
+bytes (its empty_rows counts the rows of 0 bytes with a ratio, left out); without, no row has
+MPI numbers. --compare gloo: the same of Gloo's numbers (under the rows' "mpi" key;
+flags.compare "gloo", a top-level "peer_library"), which Gloo has for every dtype but half,
+bfloat16 and uint32, every op but avg, and calls of at least one element. --env NAME=VALUE: the
+run recorded NAME with VALUE (NAME= : recorded as unset); for MALLOC_MMAP_MAX_ also the top-level
+"malloc_mmap_max". Times are only checked to be numbers: a timing never fails a test. Exit 0:
+all hold; 1: one does not.
 """
 import argparse
 import json
@@ -96,7 +98,7 @@ def main():
     def is_num(v):
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-    ratios = []
+    ratios, empty = [], 0
     for k, r in enumerate(rows):
         where = f"row {k} ({r.get('size')} B {r.get('type')} {r.get('redop')})"
         for group in ("out_of_place", "in_place"):
@@ -124,10 +126,16 @@ def main():
             vs = "in_place" if run.get("program") == "broadcast_perf" else "out_of_place"
             if mpi.get("vs") != vs:
                 err(f"{where}: mpi.vs is {mpi.get('vs')!r}, expected {vs!r}")
-            t, c = mpi.get("time_us"), (r.get(vs) or {}).get("time_us")
+            # the ratio is of wall times (with -C 1, time_us is Chorus' cputime, wall_us its time)
+            cg = r.get(vs) or {}
+            t, c = mpi.get("time_us"), cg.get("wall_us", cg.get("time_us"))
+            if run["flags"].get("report_cputime") and not is_num(cg.get("wall_us")):
+                err(f"{where}: -C 1 but {vs}.wall_us is {cg.get('wall_us')!r}")
             if is_num(t) and is_num(c) and t > 0 and c > 0:
                 if not is_num(mpi.get("ratio")) or abs(mpi["ratio"] - t / c) > 1e-6 * (t / c):
                     err(f"{where}: mpi.ratio {mpi.get('ratio')!r} != {t / c}")
+                elif r.get("size") == 0:
+                    empty += 1  # an empty call for both: out of the summary's ratios
                 else:
                     ratios.append(mpi["ratio"])
 
@@ -136,7 +144,8 @@ def main():
         if not isinstance(summary_mpi, dict):
             err("summary.mpi is missing")
         else:
-            want = {"rows": len(ratios), "slower_rows": sum(x < 1 for x in ratios)}
+            want = {"rows": len(ratios), "slower_rows": sum(x < 1 for x in ratios),
+                    "empty_rows": empty}
             for key, v in want.items():
                 if summary_mpi.get(key) != v:
                     err(f"summary.mpi.{key} {summary_mpi.get(key)!r}, the rows give {v}")

@@ -6,8 +6,12 @@
 # MALLOC_MMAP_MAX_ was set); PLOT draws both into one PNG (the file starts with the PNG
 # signature and is not empty) and prints its path; two files of one label whose sizes are apart
 # (the user run's rows cut in two, as perftests/sweep cuts a run) are one series of every row, and
-# two whose sizes overlap are two series, each naming its file; PLOT fails, writing nothing, on a
-# file that is not a -J file. Exits 77 (SKIP) without gnuplot, python3 or mpirun.
+# two whose sizes overlap are two series, each naming its file; a --compare gloo file's peer series
+# is named Gloo, not MPI; PLOT fails, writing nothing and with a message naming the file and the row
+# (no Python traceback), on a file that is not a -J file or has a row without a type or that is not
+# an object; and it refuses an output in a directory that does not exist with a message (gnuplot
+# then wrote the PNG to stdout, and plot died decoding it). Exits 77 (SKIP) without gnuplot, python3
+# or mpirun.
 set -u
 mpirun=${1:?usage: perftests_plot.sh MPIRUN EXE PLOT} exe=${2:?} plot=${3:?}
 here=$(dirname "$0")
@@ -66,10 +70,47 @@ cat "$dir/twice.err"
 [ "$(grep -c '^series .*(user\.json): 3 points from 1 file(s)$' "$dir/twice.err")" = 4 ] ||
     fail "one file twice is not four series of 3 points, each naming user.json"
 
-echo '{"rows": 3}' >"$dir/bad.json"
-if "$plot" -o "$dir/bad.png" "$dir/bad.json" 2>"$dir/err"; then
-    fail "plot accepted a file that is not a -J file"
+# The peer's series is named from the file: Gloo for a --compare gloo run.
+python3 - "$dir" <<'PY' || fail "could not write gloo.json"
+import json, sys
+d = sys.argv[1]
+run = json.load(open(f"{d}/user.json"))
+run["flags"]["compare"] = "gloo"
+json.dump(run, open(f"{d}/gloo.json", "w"))
+PY
+"$plot" -v -o "$dir/gloo.png" "$dir/gloo.json" >/dev/null 2>"$dir/gloo.err" ||
+    fail "plot of gloo.json exited $?: $(cat "$dir/gloo.err")"
+cat "$dir/gloo.err"
+if ! grep -q '^series Gloo: ' "$dir/gloo.err" || grep -q '^series MPI' "$dir/gloo.err"; then
+    fail "a --compare gloo file's peer series is not named Gloo"
 fi
-[ ! -e "$dir/bad.png" ] || fail "plot wrote a PNG for a file that is not a -J file"
-echo "plot refused bad.json: $(cat "$dir/err")"
+
+# refused NAME WANT: plot of $dir/NAME.json fails with WANT (a fixed string) and no traceback,
+# writing no PNG.
+refused() {
+    if "$plot" -o "$dir/$1.png" "$dir/$1.json" 2>"$dir/err"; then
+        fail "plot accepted $1.json"
+    fi
+    [ ! -e "$dir/$1.png" ] || fail "plot wrote a PNG for $1.json"
+    if ! grep -qF -- "$2" "$dir/err" || grep -q Traceback "$dir/err"; then
+        fail "plot on $1.json did not say '$2': $(cat "$dir/err")"
+    fi
+    echo "plot refused $1.json: $(cat "$dir/err")"
+}
+echo '{"rows": 3}' >"$dir/bad.json"
+refused bad "bad.json: no 'rows' list"
+echo '{"rows": [{"size": 8}]}' >"$dir/notype.json"
+refused notype "notype.json: row 0 has no 'type'"
+echo '{"rows": [1, 2]}' >"$dir/ints.json"
+refused ints "ints.json: row 0 is 1, not an object"
+
+# An output directory that does not exist: a message, not gnuplot's PNG decoded as text.
+if "$plot" -o "$dir/nosuch/x.png" "$dir/user.json" >"$dir/out" 2>"$dir/err"; then
+    fail "plot -o into a directory that does not exist exited 0"
+fi
+if ! grep -qF "directory $dir/nosuch does not exist" "$dir/err" || grep -q Traceback "$dir/err" ||
+    [ -s "$dir/out" ]; then
+    fail "plot -o $dir/nosuch/x.png said: $(cat "$dir/err")"
+fi
+echo "plot refused -o $dir/nosuch/x.png: $(cat "$dir/err")"
 echo PASS

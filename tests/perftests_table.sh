@@ -7,8 +7,10 @@
 # better MPI over the user run's Chorus (across runs); a later part's row replacing an earlier
 # one's at the same size; the summaries' geometric means and rows below 1 for both columns;
 # the 0 B row kept out of them; the 64 MiB yardstick against the run's memcpy; take_back's
-# range; and a directory with no -J files refused with a message and exit 1. No MPI run:
-# the files are written by this script. Exits 77 (SKIP) without python3.
+# range; the compared library named per collective from its own files (a Gloo run of one
+# collective beside MPI runs of another: Gloo there, MPI here, where every collective was Gloo);
+# and a directory with no -J files refused with a message and exit 1. No MPI run: the files are
+# written by this script. Exits 77 (SKIP) without python3.
 set -u
 table=${1:?usage: perftests_table.sh TABLE}
 
@@ -26,9 +28,10 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
 # One -J file: $1 name, $2 memcpy GB/s at 64 MiB (or 0: none), then size:chorus_us:mpi_us...
+# (COMPARE=gloo: a --compare gloo run)
 write_run() {
     python3 - "$dir/$1" "$2" "${@:3}" <<'EOF'
-import json, sys
+import json, os, sys
 path, gbps, specs = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
 rows = []
 for spec in specs:
@@ -42,7 +45,7 @@ for spec in specs:
                  "mpi": {"time_us": mpi, "vs": "out_of_place"}})
 summary = {"memcpy": {"nbytes": 64 << 20, "gbps": gbps}} if gbps else {}
 with open(path, "w", encoding="utf-8") as f:
-    json.dump({"program": "all_gather_perf", "flags": {"compare": "mpi"},
+    json.dump({"program": "all_gather_perf", "flags": {"compare": os.environ.get("COMPARE", "mpi")},
                "mpi_library": "Open MPI v4.1.4", "rows": rows, "summary": summary}, f)
 EOF
 }
@@ -77,6 +80,13 @@ want_line "  - the better MPI across runs over Chorus: geometric mean 1.00 over 
 want_line "  - the 0 B row (no element a rank: an empty call for both) is left out of the means and the lists: ratio 1.00 in run, 1.00 across runs"
 want_line "  - user run \`3large\`: busbw 3.36 GB/s at 64 MiB, 42% of the single-core memcpy the run measured (8.00 GB/s at 64 MiB)"
 want_line "  - take_back before the runs (a write over a peer's lines, x a private one): 1.20-6.50"
+
+# The peer per collective: broadcast's files are a Gloo run, all-gather's MPI runs.
+COMPARE=gloo write_run broadcast_np2_user_1small.json 0 8:1.0:300
+out=$("$table" "$dir") || fail "table exited $?"
+want_line "| ranks | size | Chorus µs | busbw GB/s | algo | MPI µs | ratio | Chorus µs, mmap0 run | MPI µs, mmap0 run | ratio | lesser ratio | better MPI / Chorus |"
+want_line "| ranks | size | Chorus µs | busbw GB/s | algo | Gloo µs | ratio | Chorus µs, mmap0 run | Gloo µs, mmap0 run | ratio | lesser ratio | better Gloo / Chorus |"
+echo "table: MPI for all_gather, Gloo for broadcast"
 
 empty=$(mktemp -d)
 trap 'rm -rf "$dir" "$empty"' EXIT
