@@ -133,7 +133,8 @@ chorusResult_t chorusCommUserRank(const chorusComm_t comm, int *rank);
 chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int *device);
 
 /* Collectives: NCCL's semantics. In place when sendbuff == recvbuff (AllGather: sendbuff is this
- * rank's slice of recvbuff; ReduceScatter: recvbuff is this rank's slice of sendbuff). */
+ * rank's slice of recvbuff; ReduceScatter: recvbuff is this rank's slice of sendbuff). Buffers
+ * that overlap in any other way get chorusInvalidArgument. */
 chorusResult_t chorusAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                                chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
                                chorusStream_t stream);

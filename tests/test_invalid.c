@@ -8,25 +8,25 @@
  * AllGather/ReduceScatter/AlltoAll) overflowing size_t; a bogus stream. Every entry must return
  * chorusInvalidArgument, leave both buffers bit-for-bit as they were, leave a last-error text that
  * names the function and the argument, and leave the communicator usable: a valid all-reduce right
- * after it gives the right result. Count 0 alone (outside a group, the quick way): accepted with
- * NULL buffers, a bad datatype/op/root still refused by name, the next valid call clears the
- * thread's error text. An invalid call inside a group is refused at once and the
- * group's valid calls still run. Also chorusInvalidUsage for chorusGroupEnd without
- * chorusGroupStart; chorusInvalidArgument for a config not made by CHORUS_CONFIG_INITIALIZER, bad
- * config fields, nranks < 1, rank outside 0..nranks-1, a NULL output, an id with a bad magic, and
- * bad chorusCommInitAll/Split arguments.
- * Aborted communicator: rank 0 of a 2-rank communicator with config timeoutMs = 300 all-reduces
- * 4 MiB alone; it must get chorusTimeout or chorusRemoteError in bounded time (not hang), the
- * async error must report it, the next call (and a count-0 one) must be refused with
- * chorusInvalidUsage naming the abort (buffers untouched), and both ranks then destroy without
- * hanging. chorusMemAlloc/chorusMemFree: NULL ptr and 0 bytes refused; freeing a pointer inside a
- * buffer but not its start refused with chorusInvalidArgument (the buffer stays usable and is
- * freed), and so are a second free, a stack buffer and malloc's memory (also of memory made without
- * a memfd, no descriptor left); chorusMemAllocDevice in a process without CUDA is
- * chorusInvalidUsage naming CUDA. Malformed environment: each bad CHORUS_* value makes init (and
- * chorusGetUniqueId, and chorusCommInitAll) fail with chorusInvalidArgument and a message naming
- * the variable; once unset, init with the same id succeeds. Exit 0: all passed; 1: a check failed
- * (the first failures are printed).
+ * after it gives the right result. Overlapping sendbuff and recvbuff not laid out in place
+ * (every collective, 16 floats) are refused the same way, naming the overlap. Count 0 alone
+ * (outside a group, the quick way): accepted with NULL buffers, a bad datatype/op/root still
+ * refused by name, the next valid call clears the thread's error text. An invalid call inside a
+ * group is refused at once and the group's valid calls still run. Also chorusInvalidUsage for
+ * chorusGroupEnd without chorusGroupStart; chorusInvalidArgument for a config not made by
+ * CHORUS_CONFIG_INITIALIZER, bad config fields, nranks < 1, rank outside 0..nranks-1, a NULL
+ * output, an id with a bad magic, and bad chorusCommInitAll/Split arguments. Aborted communicator:
+ * rank 0 of a 2-rank communicator with config timeoutMs = 300 all-reduces 4 MiB alone; it must get
+ * chorusTimeout or chorusRemoteError in bounded time (not hang), the async error must report it,
+ * the next call (and a count-0 one) must be refused with chorusInvalidUsage naming the abort
+ * (buffers untouched), and both ranks then destroy without hanging. chorusMemAlloc/chorusMemFree:
+ * NULL ptr and 0 bytes refused; freeing a pointer inside a buffer but not its start refused with
+ * chorusInvalidArgument (the buffer stays usable and is freed), and so are a second free, a stack
+ * buffer and malloc's memory (also of memory made without a memfd, no descriptor left);
+ * chorusMemAllocDevice in a process without CUDA is chorusInvalidUsage naming CUDA. Malformed
+ * environment: each bad CHORUS_* value makes init (and chorusGetUniqueId, and chorusCommInitAll)
+ * fail with chorusInvalidArgument and a message naming the variable; once unset, init with the same
+ * id succeeds. Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -241,6 +241,39 @@ static void run_table(void)
                    "%d invalid collective/send/recv calls refused with chorusInvalidArgument, "
                    "buffers unchanged, error naming function and argument, communicator still "
                    "usable",
+                   n);
+}
+
+/* Buffers that overlap without NCCL's in-place layout are refused (they were run as in place and
+ * lost data): rank 0 alone, 16 floats; the buffers unchanged, the communicator usable. */
+static void run_overlap(void)
+{
+    long before = harness_failures;
+    struct {
+        fn_t fn;
+        size_t send_off, recv_off; /* bytes into sbuf */
+    } cases[] = {
+        {F_ALLREDUCE, 0, 4},      {F_ALLREDUCE, 32, 0}, {F_BROADCAST, 0, 60},
+        {F_REDUCE, 8, 0},         {F_ALLGATHER, 4, 0},  {F_ALLGATHER, 64, 0},
+        {F_REDUCESCATTER, 0, 64}, {F_ALLTOALL, 0, 4},   {F_ALLTOALL, 100, 0},
+    };
+    int n = (int)(sizeof(cases) / sizeof(cases[0]));
+    for (int i = 0; i < n; i++) {
+        char what[160];
+        snprintf(what, sizeof(what), "%s with recvbuff at sendbuff %+ld bytes",
+                 fn_names[cases[i].fn], (long)cases[i].recv_off - (long)cases[i].send_off);
+        harness_fill(sbuf, BUF_BYTES, (uint64_t)i);
+        chorusResult_t res = issue(cases[i].fn, sbuf + cases[i].send_off, sbuf + cases[i].recv_off,
+                                   16, F32, SUM, 0, comms[0], NULL);
+        harness_expect_refused(what, res, chorusInvalidArgument, chorusGetLastError(comms[0]),
+                               fn_names[cases[i].fn], "overlap");
+        if (harness_first_diff(sbuf, BUF_BYTES, (uint64_t)i) >= 0)
+            FAIL("%s: the buffer changed although the call was refused", what);
+        valid_allreduce(what);
+    }
+    harness_report(before,
+                   "%d calls with overlapping buffers not laid out in place refused, naming the "
+                   "overlap; buffers unchanged, communicator usable",
                    n);
 }
 
@@ -790,6 +823,7 @@ int main(void)
         return 1;
     valid_allreduce("init");
     run_table();
+    run_overlap();
     run_count0();
     run_count0_alone();
     run_group();
