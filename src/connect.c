@@ -46,14 +46,17 @@ static const transport_ops_t *pick_transport(const peer_info_t *self, const peer
 
 /* A bootstrap exchange with peer, or the transport's connect to it (over: the transport's
  * name), failed mid-operation: record it as the operation's failure on that peer's connection,
- * so the error names the peer (and a dead process as a death). */
+ * so the error names the peer (and a dead process as a death). A timeout waited the
+ * communicator's deadline (the error said "after 0 ms"). */
 static chorusResult_t peer_failed(chorusComm_t comm, int peer, const char *over, chorusResult_t res)
 {
     wait_ctx_t w;
     memset(&w, 0, sizeof(w));
     w.fail = &comm->op_fail;
-    if (res != chorusSuccess)
-        fifo_note_failure(&w, res == chorusTimeout ? FAIL_TIMEOUT : FAIL_CONN, peer, over, 0);
+    if (res == chorusTimeout)
+        fifo_note_failure(&w, FAIL_TIMEOUT, peer, over, comm->timeout_ms * 1000000);
+    else if (res != chorusSuccess)
+        fifo_note_failure(&w, FAIL_CONN, peer, over, 0);
     return res;
 }
 

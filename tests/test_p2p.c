@@ -16,8 +16,9 @@
  *   test_p2p N mixed  only groups {send, all-reduce or all-to-all, recv}: a send and its
  *                     receive separated by a collective in one group (4 KiB, then 3 MiB)
  *   test_p2p 2 timeout  after one exchange, a receive, then a 4 MiB send (more than the FIFO
- *                     holds), whose peer never posts the match: each returns chorusTimeout
- *                     naming the peer 0.9-3 deadlines (CHORUS_TIMEOUT_MS=1000) after it started
+ *                     holds), whose peer never posts the match, then a receive on a fresh
+ *                     communicator: each returns chorusTimeout naming the peer 0.9-3 deadlines
+ *                     (CHORUS_TIMEOUT_MS=1000) after it started, not saying it waited 0 ms
  *   test_p2p_mpi      one rank per MPI process (built with -DTEST_P2P_MPI, run under mpirun)
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
@@ -382,17 +383,19 @@ static int mixed_group(chorusComm_t comm, int r, int n, size_t nbytes, int a2a)
 
 static int mixed_mode, timeout_mode;
 
-/* After one exchange (the connections exist: a wait in their setup would time out instead),
- * rank 0 calls what (chorusRecv or chorusSend, 4 MiB) with rank 1, which posts nothing for 3.5
- * deadlines. */
-static void no_match(chorusComm_t comm, int r, const char *what)
+/* After one exchange (the connections exist), or with fresh set (none: the wait is in their
+ * setup, whose error said "after 0 ms" until 2026-12-07), rank 0 calls what (chorusRecv or
+ * chorusSend, 4 MiB) with rank 1, which posts nothing for 3.5 deadlines. */
+static void no_match(chorusComm_t comm, int r, const char *what, int fresh)
 {
     int32_t one = r, got = -1;
-    CHECK_OK(chorusGroupStart());
-    CHECK_OK(chorusSend(&one, 1, chorusInt32, 1 - r, comm, NULL));
-    CHECK_OK(chorusRecv(&got, 1, chorusInt32, 1 - r, comm, NULL));
-    CHECK_OK(chorusGroupEnd());
-    CHECK(got == 1 - r, "rank %d: the first exchange brought %d, want %d", r, got, 1 - r);
+    if (!fresh) {
+        CHECK_OK(chorusGroupStart());
+        CHECK_OK(chorusSend(&one, 1, chorusInt32, 1 - r, comm, NULL));
+        CHECK_OK(chorusRecv(&got, 1, chorusInt32, 1 - r, comm, NULL));
+        CHECK_OK(chorusGroupEnd());
+        CHECK(got == 1 - r, "rank %d: the first exchange brought %d, want %d", r, got, 1 - r);
+    }
     if (r != 0) {
         struct timespec ts = {3, 500000000};
         nanosleep(&ts, NULL);
@@ -411,13 +414,14 @@ static void no_match(chorusComm_t comm, int r, const char *what)
     CHECK(took >= 0.9 && took <= 3.0, "%s with no match returned after %.2f s, want 0.9-3 s", what,
           took);
     CHECK(strstr(text, "rank 1") != NULL, "%s's error does not name rank 1: %s", what, text);
+    CHECK(strstr(text, "after 0 ms") == NULL, "%s's error says it waited 0 ms: %s", what, text);
     free(buf);
 }
 
 static void rank_thread(chorusComm_t comm, int r, int n)
 {
     if (timeout_mode) {
-        no_match(comm, r, timeout_mode == 1 ? "chorusRecv" : "chorusSend");
+        no_match(comm, r, timeout_mode == 2 ? "chorusSend" : "chorusRecv", timeout_mode == 3);
     } else if (mixed_mode) {
         /* 4 KiB fits the FIFO; 3 MiB does not. After a failure the communicator is aborted. */
         int failed = 0;
@@ -516,7 +520,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (timeout) {
         setenv("CHORUS_TIMEOUT_MS", "1000", 1);
-        for (timeout_mode = 1; timeout_mode <= 2; timeout_mode++) {
+        for (timeout_mode = 1; timeout_mode <= 3; timeout_mode++) {
             long before = harness_failures;
             chorusComm_t comms[2];
             if (harness_init_all(comms, 2) != 0 || harness_run_ranks(comms, 2, rank_thread) != 0)
@@ -526,7 +530,9 @@ int main(int argc, char **argv)
             harness_report(before,
                            "%s whose peer never posts the match: chorusTimeout naming "
                            "it, after 0.9-3 s (CHORUS_TIMEOUT_MS=1000)",
-                           timeout_mode == 1 ? "a receive" : "a 4 MiB send");
+                           timeout_mode == 1   ? "a receive"
+                           : timeout_mode == 2 ? "a 4 MiB send"
+                                               : "a receive before any connection to the peer");
         }
         return harness_failures ? 1 : 0;
     }
