@@ -163,12 +163,20 @@ void health_fail(chorusComm_t comm, chorusResult_t code, int culprit, int notify
     n.culprit = culprit;
     n.code = code;
     int quiet = debug_set_quiet_errors(1); /* an unreachable rank is expected here */
-    for (int r = 0; r < comm->nranks; r++)
-        if (r != comm->rank && r != culprit &&
-            boot_send_timeout(comm->boot, r, BOOT_TAG_CONTROL, &n, sizeof(n), HEALTH_SEND_MS) !=
-                chorusSuccess)
+    /* The culprit of a timeout last: it may be alive, only late, and without the notice its
+     * next call could complete where this rank's failed (a rank entering an all-reduce 1 s after
+     * its peer's deadline found the peer's input published and returned success, the peer
+     * chorusTimeout). A dead culprit is not told. */
+    int last = code == chorusTimeout && culprit >= 0 && culprit != comm->rank ? culprit : -1;
+    for (int k = 0; k <= comm->nranks; k++) {
+        int r = k < comm->nranks ? k : last;
+        if (r < 0 || r == comm->rank || (k < comm->nranks && r == culprit))
+            continue;
+        if (boot_send_timeout(comm->boot, r, BOOT_TAG_CONTROL, &n, sizeof(n), HEALTH_SEND_MS) !=
+            chorusSuccess)
             WARN(SUB_INIT, "rank %d: could not send the failure notice to rank %d: %s", comm->rank,
                  r, debug_last_error());
+    }
     debug_set_quiet_errors(quiet);
 }
 

@@ -545,6 +545,7 @@ typedef struct abort_rank {
     chorusResult_t init_res;
 } abort_rank_t;
 
+static int late_mode; /* run_aborted's second run: rank 1 calls after rank 0's failure */
 static pthread_mutex_t abort_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t abort_cv = PTHREAD_COND_INITIALIZER;
 static int rank0_done;
@@ -567,7 +568,7 @@ static void *abort_rank_thread(void *p)
         return NULL;
     }
     if (a->rank == 0) {
-        size_t count = 1 << 20; /* 4 MiB of float32 */
+        size_t count = late_mode ? 8 : 1 << 20; /* 4 MiB of float32, or 8 floats */
         float *buf = malloc(count * 4);
         for (size_t i = 0; i < count; i++)
             buf[i] = (float)(i % 100);
@@ -631,6 +632,30 @@ static void *abort_rank_thread(void *p)
         pthread_mutex_unlock(&abort_mu);
         if (!done)
             FAIL("rank 0 did not finish its failed all-reduce within 60 s");
+        /* late_mode: rank 1 enters the same all-reduce after rank 0 gave up. Rank 0's 8 floats
+         * are published, so it could complete; rank 0's failure notice must reach it (the
+         * async error) and fail it instead (it returned success where rank 0 timed out: the
+         * notice went to every rank but the one it named). The notice travels on its own: a
+         * call made before it lands can still complete. */
+        chorusResult_t async = chorusSuccess;
+        for (int ms = 0; late_mode && done && async == chorusSuccess && ms < 5000; ms++) {
+            struct timespec one = {0, 1000000};
+            nanosleep(&one, NULL);
+            CHECK_OK(chorusCommGetAsyncError(a->comm, &async));
+        }
+        if (late_mode && done && async == chorusSuccess)
+            FAIL("rank 0's failure notice did not reach rank 1 (the rank it named) within 5 s");
+        float x[8], y[8];
+        for (int i = 0; i < 8 && late_mode && done; i++)
+            x[i] = (float)(i % 100);
+        chorusResult_t res = late_mode && done
+                                 ? chorusAllReduce(x, y, 8, chorusFloat32, chorusSum, a->comm, NULL)
+                                 : chorusTimeout;
+        if (res == chorusSuccess)
+            FAIL("rank 1's all-reduce, entered after rank 0's had timed out, returned success");
+        else if (late_mode && done)
+            printf("     the late rank's all-reduce: %s: %s\n", chorusGetErrorString(res),
+                   chorusGetLastError(a->comm));
     }
     double t0 = harness_now_s();
     chorusResult_t res = chorusCommDestroy(a->comm);
@@ -666,9 +691,12 @@ static void run_aborted(void)
             printf("     init with timeoutMs 300 failed (attempt %d of %d): trying again\n",
                    attempt, ATTEMPTS);
     }
-    harness_report(before, "a collective that a peer never joins fails with timeout (config "
-                           "timeoutMs 300), the async error reports it, the next calls are "
-                           "chorusInvalidUsage naming the abort, both ranks destroy");
+    harness_report(before,
+                   "a collective that a peer %s fails with timeout (config timeoutMs "
+                   "300), the async error reports it, the next calls are "
+                   "chorusInvalidUsage naming the abort, both ranks destroy",
+                   late_mode ? "joins only after its deadline (8 floats) fails on both ranks:"
+                             : "never joins (4 MiB)");
 }
 
 /* ---- malformed environment ---- */
@@ -831,6 +859,8 @@ int main(void)
     run_config_mismatch();
     run_memalloc();
     harness_destroy_all(comms, NRANKS);
+    run_aborted();
+    late_mode = 1;
     run_aborted();
     run_env();
     return harness_finish("test_invalid");
