@@ -352,9 +352,11 @@ HOT_PATH static chorusResult_t not_yet(prims_t *p, const direct_view_t *v, int r
                                        int64_t *polls, int *flagged, const char *kind)
 {
     if (*flagged)
-        return ERR(chorusInternalError, SUB_COLL,
-                   "rank %d published piece %llu but some of its %s carry another piece", r,
-                   (unsigned long long)s, kind);
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "rank %d published piece %llu but some of its %s carry another piece: do the "
+                   "ranks call the same collective with the same count and root? "
+                   "(CHORUS_CHECK_ARGS=1 compares them)",
+                   r, (unsigned long long)s, kind);
     if ((*polls)++ == 0)
         done_flush(v);
     if (*polls < p->wait.spin) {
@@ -702,8 +704,11 @@ chorusResult_t direct_read_where(prims_t *p, const direct_view_t *v, int r, uint
     const char *src;
     CHECK(direct_ref_of(v, r, f, 0, nbytes, &src));
     if (src == NULL)
-        return ERR(chorusInternalError, SUB_COLL,
-                   "cross-memory attach: rank %d published neither an address nor a region", r);
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "cross-memory attach: rank %d published neither an address nor a region: do "
+                   "the ranks call the same collective with the same count? (CHORUS_CHECK_ARGS=1 "
+                   "compares them)",
+                   r);
     p->ops->copy(dst, src, nbytes);
     return chorusSuccess;
 }

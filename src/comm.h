@@ -114,6 +114,8 @@ struct chorusComm {
     int64_t direct_spin; /* the same for the direct algorithms' waits: none where ranks outnumber
                           * cores (their gate decides from the first poll), unless set */
     int over; /* the machine's ranks outnumber its cores */
+    int args_refused; /* CHORUS_CHECK_ARGS refused the running call: nothing ran, nothing aborts
+                       * (comm.c op_failed clears it) */
     int64_t nt_min; /* calls with outputs of this many bytes get streaming stores, out of place
                      * into the output and into send slots (prims_t's stream_out, stream_send):
                      * CHORUS_NT_MIN_BYTES; 0 (never) when the machine's ranks outnumber its

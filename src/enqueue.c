@@ -705,6 +705,60 @@ explain_coll(chorusComm_t comm, const comm_op_t *op, uint64_t seq, chorusResult_
     return health_explain(comm, what, seq, res);
 }
 
+/* CHORUS_CHECK_ARGS: what every rank called, compared over the bootstrap before anything runs
+ * (NCCL and MPI compare nothing: an all-reduce of 1000 floats against one of 100000 returned
+ * success with every element wrong, a float32 against a float64 garbage). Every rank sees every
+ * card, so all refuse alike and the communicator stays usable. */
+typedef struct call_card {
+    int32_t kind, dtype, op, root; /* op and root -1 where the collective has none */
+    uint64_t count;
+} call_card_t;
+
+static void call_text(const call_card_t *c, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s of %llu %s", coll_name((coll_kind_t)c->kind),
+                     (unsigned long long)c->count, dtype_name((chorusDataType_t)c->dtype));
+    if (c->op >= 0 && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, " (%s)", redop_name((chorusRedOp_t)c->op));
+    if (c->root >= 0 && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " from root %d", c->root);
+}
+
+static __attribute__((noinline, cold)) chorusResult_t args_agree(chorusComm_t comm,
+                                                                 const coll_args_t *a, uint64_t seq)
+{
+    int n = comm->nranks, me = comm->rank;
+    int reduces =
+        a->kind == COLL_ALLREDUCE || a->kind == COLL_REDUCE || a->kind == COLL_REDUCESCATTER;
+    int rooted = a->kind == COLL_BROADCAST || a->kind == COLL_REDUCE;
+    call_card_t *all = calloc((size_t)n, sizeof(*all));
+    if (all == NULL)
+        return ERR(chorusSystemError, SUB_COLL, "out of memory for %d argument cards", n);
+    all[me] = (call_card_t){(int32_t)a->kind, (int32_t)a->dtype, reduces ? (int32_t)a->op : -1,
+                            rooted ? a->root : -1, (uint64_t)a->count};
+    chorusResult_t res = boot_allgather(comm->boot, all, sizeof(*all));
+    int differ = 0, first = -1;
+    for (int r = 1; res == chorusSuccess && r < n; r++)
+        if (memcmp(&all[r], &all[0], sizeof(*all)) != 0) {
+            differ++;
+            first = first < 0 ? r : first;
+        }
+    if (res == chorusSuccess && differ > 0) {
+        char zero[160], other[160];
+        comm->args_refused = 1;
+        call_text(&all[0], zero, sizeof(zero));
+        call_text(&all[first], other, sizeof(other));
+        res = ERR(chorusInvalidUsage, SUB_COLL,
+                  "%s #%llu (rank %d): the ranks called different collectives or arguments "
+                  "(CHORUS_CHECK_ARGS): rank 0 %s, rank %d %s (%d rank%s differ from rank 0); "
+                  "nothing ran, and the communicator stays usable",
+                  coll_name(a->kind), (unsigned long long)seq, me, zero, first, other, differ,
+                  differ > 1 ? "s" : "");
+    }
+    free(all);
+    return res;
+}
+
 HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
 {
     chorusResult_t res = chorusSuccess;
@@ -772,6 +826,10 @@ HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
             seq = __atomic_load_n(&comm->coll_entered, __ATOMIC_RELAXED) + 1;
             __atomic_store_n(&comm->coll_entered, seq, __ATOMIC_RELEASE);
             last = i;
+            if (comm->params.check_args && (res = args_agree(comm, &ops[i].args, seq)) != 0) {
+                ran = res != chorusInvalidUsage; /* a refusal aborts nothing; a timeout does */
+                break;
+            }
             res = direct ? run_dev(comm, &ops[i]) : run_coll(comm, &ops[i].args);
             ran = 1;
             if (res == chorusSuccess)
@@ -827,7 +885,11 @@ HOT_PATH static chorusResult_t exec_one(chorusComm_t comm, comm_op_t *op)
         /* One writer (under exec_lock): a store, not a locked add. */
         seq = __atomic_load_n(&comm->coll_entered, __ATOMIC_RELAXED) + 1;
         __atomic_store_n(&comm->coll_entered, seq, __ATOMIC_RELEASE);
-        res = run_coll(comm, &op->args);
+        res = comm->params.check_args ? args_agree(comm, &op->args, seq) : chorusSuccess;
+        if (res == chorusSuccess)
+            res = run_coll(comm, &op->args);
+        else if (res == chorusInvalidUsage)
+            seq = 0; /* refused, not run: nothing to explain, nothing aborted */
         if (res == chorusSuccess)
             __atomic_store_n(&comm->coll_completed, seq, __ATOMIC_RELEASE);
     }

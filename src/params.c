@@ -39,6 +39,12 @@ static const param_def_t param_table[] = {
      "write logs to this file instead of stderr (%h: host, %p: pid)"},
     {"CHORUS_TIMEOUT_MS", PT_INT, "600000", 1, BIG, OFF(timeout_ms),
      "deadline of every wait in ms; a peer silent that long fails the call with chorusTimeout"},
+    {"CHORUS_CHECK_ARGS", PT_INT, "0", 0, 1, OFF(check_args),
+     "1: every collective first compares its collective, count, datatype, op and root across the "
+     "ranks over the bootstrap connections (tens of microseconds a call: for debugging); where "
+     "they differ, every rank gets chorusInvalidUsage naming them, nothing runs and the "
+     "communicator stays usable; 0: not compared (as NCCL and MPI: a mismatch gives wrong "
+     "results or a timeout)"},
     {"CHORUS_NCHANNELS", PT_INT, "0", 0, 32, OFF(nchannels),
      "channels (rings) per collective; 0: automatic"},
     {"CHORUS_MIN_NCHANNELS", PT_INT, "1", 1, 32, OFF(min_nchannels), "lower bound on channels"},

@@ -26,6 +26,7 @@ typedef struct params {
     int64_t timeout_ms; /* CHORUS_TIMEOUT_MS: deadline of every wait */
     int64_t spin; /* CHORUS_SPIN: polls before a wait sleeps */
     int64_t direct_buffsize; /* CHORUS_DIRECT_BUFFSIZE: each of a direct window's two buffers */
+    int64_t check_args; /* CHORUS_CHECK_ARGS: collectives compare their arguments first */
     int64_t wait_gate; /* CHORUS_WAIT_GATE: direct waits yield only where it may help */
     int64_t wait_balance; /* CHORUS_WAIT_BALANCE: move off a CPU crowded with ranks */
     int64_t zcopy; /* CHORUS_ZCOPY: direct algorithms read chorusMemAlloc inputs in place */

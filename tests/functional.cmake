@@ -3,6 +3,7 @@
 #   p2p_timeout_threads_2      a send/recv whose peer never posts the match: chorusTimeout
 #   stream_threads_N           host streams: queued calls run in order, query/sync/destroy
 #   invalid_args               the invalid-argument table, aborted communicators, malformed env
+#   check_args                 CHORUS_CHECK_ARGS=1: calls that differ across ranks refused on all
 #   split_threads_8            chorusCommSplit: colors, keys, NOCOLOR, split of a split
 #   env_init                   chorusCommInitEnv in separate processes (CHORUS_* and torchrun vars)
 #   uniqueid                   distinct ids; the root refuses rogue connections and keeps serving
@@ -27,7 +28,7 @@ target_include_directories(chorus_test_harness PUBLIC ${CMAKE_CURRENT_SOURCE_DIR
 target_link_libraries(chorus_test_harness PUBLIC chorus_internal Threads::Threads)
 
 foreach(t p2p stream invalid split env_init uniqueid lifecycle wait_gate wait_balance
-        shm_segment)
+        shm_segment check_args)
     add_executable(test_${t} test_${t}.c)
     target_link_libraries(test_${t} chorus_test_harness)
 endforeach()
@@ -60,6 +61,7 @@ foreach(n 3 4)
 endforeach()
 
 chorus_add_test(NAME invalid_args COMMAND test_invalid TIMEOUT 120 LABELS functional)
+chorus_add_test(NAME check_args COMMAND test_check_args TIMEOUT 120 LABELS functional)
 
 chorus_add_test(NAME split_threads_8 COMMAND test_split TIMEOUT 120 LABELS functional)
 
