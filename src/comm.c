@@ -134,9 +134,9 @@ const char *chorusGetErrorString(chorusResult_t result)
     case chorusInternalError:
         return "internal error - please report this issue to the Chorus developers";
     case chorusInvalidArgument:
-        return "invalid argument (run with CHORUS_DEBUG=WARN for details)";
+        return "invalid argument (chorusGetLastError has the details)";
     case chorusInvalidUsage:
-        return "invalid usage (run with CHORUS_DEBUG=WARN for details)";
+        return "invalid usage (chorusGetLastError has the details)";
     case chorusRemoteError:
         return "remote process exited or there was a network error";
     case chorusInProgress:

@@ -106,7 +106,8 @@ static void debug_init_once(void)
     if (subsys != NULL && subsys[0] != '\0' && parse_subsys(subsys, &debug_subsys) != 0) {
         snprintf(debug_init_error, sizeof(debug_init_error),
                  "environment variable CHORUS_DEBUG_SUBSYS=\"%s\" is not a comma list of INIT, "
-                 "COLL, P2P, SHM, NET, BOOT, ENV, ALLOC, ALL (optionally starting with ^)",
+                 "COLL, P2P, SHM, NET, BOOT, ENV, ALLOC, GRAPH, TUNING, PROXY, ALL (optionally "
+                 "starting with ^)",
                  subsys);
         debug_init_result = chorusInvalidArgument;
         debug_subsys = SUB_ALL;

@@ -1026,11 +1026,16 @@ chorusResult_t chorusCommTuningInfo(chorusComm_t comm, const char *coll, size_t 
                       "chorusCommTuningInfo (rank %d): coll \"%s\" is not one of allreduce, "
                       "broadcast, reduce, allgather, reducescatter",
                       comm->rank, coll ? coll : "(null)"));
-    if ((unsigned)datatype >= chorusNumTypes || algo == NULL || predictedUs == NULL)
+    if ((unsigned)datatype >= chorusNumTypes)
         return comm_api_return(
             comm, ERR(chorusInvalidArgument, SUB_TUNING,
-                      "chorusCommTuningInfo (rank %d): bad datatype %d or NULL output pointer",
-                      comm->rank, (int)datatype));
+                      "chorusCommTuningInfo (rank %d): datatype %d is not a chorusDataType_t "
+                      "(allowed 0..%d)",
+                      comm->rank, (int)datatype, chorusNumTypes - 1));
+    if (algo == NULL || predictedUs == NULL)
+        return comm_api_return(comm, ERR(chorusInvalidArgument, SUB_TUNING,
+                                         "chorusCommTuningInfo (rank %d): %s is NULL", comm->rank,
+                                         algo == NULL ? "algo" : "predictedUs"));
     tune_choice_t c = tune_pick(&comm->tuner, (coll_kind_t)kind, count * dtype_nbytes(datatype));
     *algo = algo_name(c.algo);
     *predictedUs = c.predicted_us;
