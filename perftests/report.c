@@ -277,29 +277,16 @@ int perf_report_open(perf_report_t *r, int argc, char **argv)
         }                                                                                          \
     } while (0)
 
-/* nccl-tests' time format: 7 wide, fewer decimals as it grows. */
-static void perf_format_time(char *buf, size_t len, double usec)
+/* nccl-tests' time format: width wide (7 for a time), fewer decimals as it grows. Ratios too (6
+ * wide: Gloo's small calls take thousands of times Chorus', and 5766.85 overflowed %6.2f). */
+static void perf_format_num(char *buf, size_t len, double v, int width)
 {
-    if (usec >= 10000.0) {
-        snprintf(buf, len, "%7.0f", usec);
-    } else if (usec >= 100.0) {
-        snprintf(buf, len, "%7.1f", usec);
-    } else {
-        snprintf(buf, len, "%7.2f", usec);
-    }
+    snprintf(buf, len, "%*.*f", width, v >= 10000.0 ? 0 : v >= 100.0 ? 1 : 2, v);
 }
 
-/* The ratio column in the same way, 6 wide: Gloo's small calls take thousands of times Chorus'
- * (5766.85 overflowed %6.2f). */
-static void perf_format_ratio(char *buf, size_t len, double ratio)
+static void perf_format_time(char *buf, size_t len, double usec)
 {
-    if (ratio >= 1000.0) {
-        snprintf(buf, len, "%6.0f", ratio);
-    } else if (ratio >= 100.0) {
-        snprintf(buf, len, "%6.1f", ratio);
-    } else {
-        snprintf(buf, len, "%6.2f", ratio);
-    }
+    perf_format_num(buf, len, usec, 7);
 }
 
 /* The widths of the peer's time and busbw columns: their headers' ("gloo(us)" is 8 wide). */
@@ -421,7 +408,7 @@ void perf_report_row(perf_report_t *r, const perf_row_t *row)
     if (r->o->compare_mpi && row->has_mpi) {
         char tstr[32], rstr[32];
         perf_format_time(tstr, sizeof(tstr), row->mpi.sec * 1e6);
-        perf_format_ratio(rstr, sizeof(rstr), ratio);
+        perf_format_num(rstr, sizeof(rstr), ratio, 6);
         REPORT_PRINT(r, "  %*s  %*.2f  %6s", perf_peer_time_width(r), tstr, perf_peer_bw_width(r),
                      row->mpi.busbw, rstr);
     } else if (r->o->compare_mpi) {

@@ -30,14 +30,8 @@ set -u
 mpirun=${1:?usage: perftests_flags.sh MPIRUN PERFDIR} perfdir=${2:?}
 exe=$perfdir/all_reduce_perf
 
-skip() {
-    echo "SKIP: $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=support/verdict.sh
+. "$(dirname "$0")/support/verdict.sh"
 command -v python3 >/dev/null || skip "python3 not found"
 
 dir=$(mktemp -d)

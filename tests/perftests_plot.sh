@@ -16,14 +16,8 @@ set -u
 mpirun=${1:?usage: perftests_plot.sh MPIRUN EXE PLOT} exe=${2:?} plot=${3:?}
 here=$(dirname "$0")
 
-skip() {
-    echo "SKIP: $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=support/verdict.sh
+. "$(dirname "$0")/support/verdict.sh"
 command -v gnuplot >/dev/null || skip "gnuplot not found (apt-get install gnuplot-nox)"
 command -v python3 >/dev/null || skip "python3 not found"
 command -v "$mpirun" >/dev/null || skip "mpirun ($mpirun) not found"

@@ -24,14 +24,8 @@ n=${2:?} mpirun=${3:?} exe=${4:?}
 shift 4
 limit=${CHORUS_PERF_TIMEOUT:-540}
 
-skip() {
-    echo "SKIP: $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=support/verdict.sh
+. "$(dirname "$0")/support/verdict.sh"
 
 json_rows=${CHORUS_PERF_JSON_ROWS:-}
 if [ -n "$json_rows" ]; then

@@ -14,14 +14,8 @@
 set -u
 table=${1:?usage: perftests_table.sh TABLE}
 
-skip() {
-    echo "SKIP: $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=support/verdict.sh
+. "$(dirname "$0")/support/verdict.sh"
 command -v python3 >/dev/null || skip "python3 not found"
 
 dir=$(mktemp -d)

@@ -29,14 +29,8 @@ mpirun=${2:?} train=${3:?} cmp=${4:?}
 data=${CHORUS_TRAIN_DATA:-/usr/share/datasets/fashion-mnist}
 limit=${CHORUS_TRAIN_TIMEOUT:-50} # seconds for any one run
 
-skip() {
-    echo "SKIP: $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=support/verdict.sh
+. "$(dirname "$0")/support/verdict.sh"
 
 command -v "$mpirun" >/dev/null || skip "mpirun ($mpirun) not found"
 case $case_ in

@@ -11,14 +11,8 @@ build=$(cd "${1:?usage: run.sh BUILD_DIR [CMAKE]}" && pwd)
 cmake=${2:-cmake}
 here=$(cd "$(dirname "$0")" && pwd)
 
-skip() {
-    echo "SKIP: $*"
-    exit 77
-}
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+# shellcheck source-path=SCRIPTDIR source=../support/verdict.sh
+. "$here/../support/verdict.sh"
 command -v mpicc >/dev/null || skip "mpicc not found (install libopenmpi-dev)"
 command -v mpirun >/dev/null || skip "mpirun not found (install openmpi-bin)"
 command -v pkg-config >/dev/null || skip "pkg-config not found"
