@@ -323,9 +323,8 @@ chorusResult_t comm_op_started(chorusComm_t comm, const char *fn)
 /* A failed call leaves the communicator unusable: recorded under state_lock. */
 static void op_failed(chorusComm_t comm, chorusResult_t res)
 {
-    if (res != chorusSuccess && comm->args_refused) {
+    if (res != chorusSuccess && __atomic_exchange_n(&comm->args_refused, 0, __ATOMIC_ACQ_REL)) {
         /* Refused before anything ran, alike on every rank: the error text only. */
-        comm->args_refused = 0;
         pthread_mutex_lock(&comm->state_lock);
         snprintf(comm->last_error, sizeof(comm->last_error), "%s", debug_last_error());
         pthread_mutex_unlock(&comm->state_lock);

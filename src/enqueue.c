@@ -57,15 +57,19 @@ check_buffer(chorusComm_t comm, const char *fn, const char *name, const void *bu
     if (buf == NULL)
         return ERR(chorusInvalidArgument, SUB_COLL, "%s (rank %d): %s is NULL with count %zu", fn,
                    rank, name, count);
+    /* Relaxed atomics: threads may call on one communicator at once (the exec lock orders the
+     * runs, not these checks), and only pointers found host memory are ever stored. */
     for (int i = 0; i < HOST_SEEN; i++)
-        if (comm->host_seen[i] == buf) {
+        if (__atomic_load_n(&comm->host_seen[i], __ATOMIC_RELAXED) == buf) {
             (*host)++;
             return chorusSuccess;
         }
     if (*cuda < 0)
         *cuda = mem_cuda_possible();
     if (!*cuda || !mem_is_device(buf)) {
-        comm->host_seen[comm->host_seen_next++ % HOST_SEEN] = buf;
+        unsigned k = __atomic_load_n(&comm->host_seen_next, __ATOMIC_RELAXED);
+        __atomic_store_n(&comm->host_seen_next, k + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&comm->host_seen[k % HOST_SEEN], buf, __ATOMIC_RELAXED);
         (*host)++;
         return chorusSuccess;
     }
@@ -745,7 +749,7 @@ static __attribute__((noinline, cold)) chorusResult_t args_agree(chorusComm_t co
         }
     if (res == chorusSuccess && differ > 0) {
         char zero[160], other[160];
-        comm->args_refused = 1;
+        __atomic_store_n(&comm->args_refused, 1, __ATOMIC_RELEASE);
         call_text(&all[0], zero, sizeof(zero));
         call_text(&all[first], other, sizeof(other));
         res = ERR(chorusInvalidUsage, SUB_COLL,
