@@ -147,6 +147,15 @@ HOT_PATH static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
     if ((a->kind == COLL_SEND || a->kind == COLL_RECV) && (a->root < 0 || a->root >= n))
         return ERR(chorusInvalidArgument, SUB_COLL,
                    "%s (rank %d): peer %d is outside 0..%d (nranks-1)", fn, rank, a->root, n - 1);
+    /* A send to this rank itself meets only a receive of the same group: alone it could never
+     * complete (it ran, failed and aborted the communicator on every rank). */
+    if ((a->kind == COLL_SEND || a->kind == COLL_RECV) && a->root == rank && a->count > 0 &&
+        !group_active())
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "%s (rank %d): %s this rank itself outside a group: post it with its "
+                   "matching %s between chorusGroupStart and chorusGroupEnd",
+                   fn, rank, a->kind == COLL_SEND ? "a send to" : "a receive from",
+                   a->kind == COLL_SEND ? "chorusRecv" : "chorusSend");
     size_t esize = dtype_nbytes(a->dtype);
     int many =
         a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER || a->kind == COLL_ALLTOALL;

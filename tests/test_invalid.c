@@ -9,7 +9,8 @@
  * chorusInvalidArgument, leave both buffers bit-for-bit as they were, leave a last-error text that
  * names the function and the argument, and leave the communicator usable: a valid all-reduce right
  * after it gives the right result. Overlapping sendbuff and recvbuff not laid out in place
- * (every collective, 16 floats) are refused the same way, naming the overlap. Count 0 alone
+ * (every collective, 16 floats) are refused the same way, naming the overlap; a send to self or
+ * a receive from self outside a group with chorusInvalidUsage. Count 0 alone
  * (outside a group, the quick way): accepted with NULL buffers, a bad datatype/op/root still
  * refused by name, the next valid call clears the thread's error text. An invalid call inside a
  * group is refused at once and the group's valid calls still run. Also chorusInvalidUsage for
@@ -275,6 +276,30 @@ static void run_overlap(void)
                    "%d calls with overlapping buffers not laid out in place refused, naming the "
                    "overlap; buffers unchanged, communicator usable",
                    n);
+}
+
+/* A send to this rank itself, or a receive from it, outside a group can never match: refused
+ * (chorusInvalidUsage, naming the group) before it runs, the communicator usable (it ran, failed
+ * and aborted the communicator on every rank). */
+static void run_self_alone(void)
+{
+    long before = harness_failures;
+    for (int k = 0; k < 2; k++) {
+        const char *what =
+            k == 0 ? "chorusSend to self outside a group" : "chorusRecv from self outside a group";
+        harness_fill(sbuf, BUF_BYTES, 77);
+        harness_fill(rbuf, BUF_BYTES, 78);
+        chorusResult_t res =
+            issue(k == 0 ? F_SEND : F_RECV, sbuf, rbuf, 16, F32, SUM, 0, comms[0], NULL);
+        harness_expect_refused(what, res, chorusInvalidUsage, chorusGetLastError(comms[0]),
+                               fn_names[k == 0 ? F_SEND : F_RECV], "group");
+        if (harness_first_diff(sbuf, BUF_BYTES, 77) >= 0 ||
+            harness_first_diff(rbuf, BUF_BYTES, 78) >= 0)
+            FAIL("%s: a buffer changed although the call was refused", what);
+        valid_allreduce(what);
+    }
+    harness_report(before, "a send to self and a receive from self outside a group refused "
+                           "(chorusInvalidUsage naming the group), the communicator usable");
 }
 
 /* NULL buffers with count 0 are accepted by every call (both ranks, one group). */
@@ -852,6 +877,7 @@ int main(void)
     valid_allreduce("init");
     run_table();
     run_overlap();
+    run_self_alone();
     run_count0();
     run_count0_alone();
     run_group();
