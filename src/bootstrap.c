@@ -181,6 +181,13 @@ static chorusResult_t rendezvous(boot_t *b, const boot_id_t *id, const sock_addr
                        m.nmissing > shown ? ", ..." : "");
         }
         const char *why = boot_check_root_reply(&r, b->nranks);
+        if (why != NULL && r.magic != BOOT_MAGIC) {
+            close(fd);
+            return ERR(chorusInvalidUsage, SUB_BOOT,
+                       "rank %d: what answered at %s is %s: is the address another program's, "
+                       "or is its port taken?",
+                       b->rank, str, why);
+        }
         if (why != NULL || r.status != ROOT_REPLY_OK) {
             close(fd);
             return ERR(chorusInvalidUsage, SUB_BOOT,

@@ -20,7 +20,9 @@
  * rank 0 of a 2-rank communicator with config timeoutMs = 300 all-reduces 4 MiB alone; it must get
  * chorusTimeout or chorusRemoteError in bounded time (not hang), the async error must report it,
  * the next call (and a count-0 one) must be refused with chorusInvalidUsage naming the abort
- * (buffers untouched), and both ranks then destroy without hanging. chorusMemAlloc/chorusMemFree:
+ * (buffers untouched), and both ranks then destroy without hanging; again with 8 floats and rank 1
+ * calling after rank 0 failed, which must fail too once rank 0's notice reached it. A CHORUS_ROOT
+ * that answers junk fails env init with chorusInvalidUsage saying so. chorusMemAlloc/chorusMemFree:
  * NULL ptr and 0 bytes refused; freeing a pointer inside a buffer but not its start refused with
  * chorusInvalidArgument (the buffer stays usable and is freed), and so are a second free, a stack
  * buffer and malloc's memory (also of memory made without a memfd, no descriptor left);
@@ -29,13 +31,17 @@
  * fail with chorusInvalidArgument and a message naming the variable; once unset, init with the same
  * id succeeds. Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "chorus.h"
 #include "harness.h"
@@ -724,6 +730,71 @@ static void run_aborted(void)
                              : "never joins (4 MiB)");
 }
 
+/* ---- a stranger at CHORUS_ROOT ---- */
+
+/* Accepts one connection on *(int *)arg, reads what comes, answers 64 bytes of '0' (as another
+ * program on the port might), closes. */
+static void *junk_root(void *arg)
+{
+    int lfd = *(int *)arg;
+    int fd = accept(lfd, NULL, NULL);
+    if (fd >= 0) {
+        char in[256], junk[64];
+        memset(junk, '0', sizeof(junk));
+        struct timeval tv = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        (void)!read(fd, in, sizeof(in));
+        (void)!write(fd, junk, sizeof(junk));
+        close(fd);
+    }
+    return NULL;
+}
+
+/* Rank 1 of an env-init job whose CHORUS_ROOT answers junk: init fails at once with
+ * chorusInvalidUsage saying it is not a Chorus reply (it put "answered for 808464928 ranks"
+ * first, the junk read as a rank count). */
+static void run_junk_root(void)
+{
+    long before = harness_failures;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 4) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&a, &alen) != 0) {
+        FAIL("cannot listen on loopback for the junk root");
+        return;
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, junk_root, &lfd);
+    char root[64];
+    snprintf(root, sizeof(root), "127.0.0.1:%d", ntohs(a.sin_port));
+    setenv("CHORUS_RANK", "1", 1);
+    setenv("CHORUS_NRANKS", "2", 1);
+    setenv("CHORUS_ROOT", root, 1);
+    setenv("CHORUS_TIMEOUT_MS", "5000", 1);
+    chorusComm_t c = NULL;
+    double t0 = harness_now_s();
+    chorusResult_t res = chorusCommInitEnv(&c);
+    double took = harness_now_s() - t0;
+    char text[1024];
+    snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
+    unsetenv("CHORUS_RANK");
+    unsetenv("CHORUS_NRANKS");
+    unsetenv("CHORUS_ROOT");
+    unsetenv("CHORUS_TIMEOUT_MS");
+    if (res == chorusSuccess)
+        chorusCommDestroy(c);
+    CHECK(res == chorusInvalidUsage && strstr(text, "not a Chorus bootstrap reply") != NULL &&
+              strstr(text, "answered for") == NULL,
+          "init against a junk root: %d (%s): %s", res, chorusGetErrorString(res), text);
+    CHECK(took < 4.0, "init against a junk root took %.1f s (deadline 5 s)", took);
+    pthread_join(t, NULL);
+    close(lfd);
+    harness_report(before, "a CHORUS_ROOT that answers junk fails init at once with "
+                           "chorusInvalidUsage saying it is not a Chorus reply");
+}
+
 /* ---- malformed environment ---- */
 
 static void run_env(void)
@@ -889,5 +960,6 @@ int main(void)
     late_mode = 1;
     run_aborted();
     run_env();
+    run_junk_root();
     return harness_finish("test_invalid");
 }
