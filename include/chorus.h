@@ -86,7 +86,8 @@ typedef struct {
     int timeoutMs; /* deadline of every wait, in ms (CHORUS_TIMEOUT_MS) */
     int minChannels; /* lower bound on channels (CHORUS_MIN_NCHANNELS) */
     int maxChannels; /* upper bound on channels (CHORUS_MAX_NCHANNELS) */
-    const char *netName; /* reserved: net plugin to use ("Socket", "IB"); NULL: automatic */
+    const char *netName; /* net plugin between hosts, as CHORUS_NET: "IB" or "Socket"; NULL:
+                          * automatic (IB where an active port exists) */
 } chorusConfig_t;
 
 #define CHORUS_CONFIG_UNDEF_INT (-2147483647 - 1)

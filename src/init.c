@@ -10,9 +10,11 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -259,6 +261,15 @@ static chorusResult_t apply_config(chorusComm_t comm, const chorusConfig_t *conf
             return ERR(chorusInvalidArgument, SUB_INIT, "config->maxChannels=%d: allowed 1..%d",
                        config->maxChannels, MAX_CHANNELS);
         comm->params.max_nchannels = config->maxChannels;
+    }
+    if (config->size >= offsetof(chorusConfig_t, netName) + sizeof(config->netName) &&
+        config->netName != NULL) {
+        if (strcasecmp(config->netName, "IB") != 0 && strcasecmp(config->netName, "Socket") != 0)
+            return ERR(chorusInvalidArgument, SUB_INIT,
+                       "config->netName=\"%s\" names no net plugin (IB or Socket; NULL: "
+                       "automatic)",
+                       config->netName);
+        snprintf(comm->params.net, sizeof(comm->params.net), "%s", config->netName);
     }
     if (comm->params.min_nchannels > comm->params.max_nchannels)
         return ERR(chorusInvalidArgument, SUB_INIT, "minChannels %lld is above maxChannels %lld",

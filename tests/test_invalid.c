@@ -440,6 +440,17 @@ static void run_init_args(void)
     res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg3);
     harness_expect_refused("config blocking 7", res, chorusInvalidArgument,
                            chorusGetLastError(NULL), "blocking", NULL);
+    chorusConfig_t cfg4 = CHORUS_CONFIG_INITIALIZER;
+    cfg4.netName = "bogus"; /* was accepted and ignored */
+    res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg4);
+    harness_expect_refused("config netName \"bogus\"", res, chorusInvalidArgument,
+                           chorusGetLastError(NULL), "netName", NULL);
+    cfg4.netName = "socket"; /* a plugin's name, in any case */
+    res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg4);
+    if (res != chorusSuccess)
+        FAIL("config netName \"socket\" refused: %s", chorusGetLastError(NULL));
+    else
+        chorusCommDestroy(c);
 
     res = chorusCommInitRank(&c, 0, id, 0);
     harness_expect_refused("chorusCommInitRank nranks 0", res, chorusInvalidArgument,
