@@ -445,8 +445,10 @@ static void run_init_args(void)
     res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg4);
     harness_expect_refused("config netName \"bogus\"", res, chorusInvalidArgument,
                            chorusGetLastError(NULL), "netName", NULL);
-    cfg4.netName = "socket"; /* a plugin's name, in any case */
-    res = chorusCommInitRankConfig(&c, 1, id, 0, &cfg4);
+    cfg4.netName = "socket"; /* a plugin's name, in any case (an id of its own: init uses it) */
+    chorusUniqueId id_net;
+    CHECK_OK(chorusGetUniqueId(&id_net));
+    res = chorusCommInitRankConfig(&c, 1, id_net, 0, &cfg4);
     if (res != chorusSuccess)
         FAIL("config netName \"socket\" refused: %s", chorusGetLastError(NULL));
     else
