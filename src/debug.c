@@ -173,8 +173,14 @@ static void debug_vlog(int level, unsigned subsys, const char *file, int line, c
                        va_list ap)
 {
     static const char *level_names[] = {"NONE", "VERSION", "WARN", "INFO", "TRACE"};
-    char buf[2048];
-    int n = snprintf(buf, sizeof(buf), "%s:%d:%d [%d] CHORUS %s %s ", debug_host, (int)getpid(),
+    char buf[2048], host[sizeof(debug_host)];
+    /* A line before the first communicator or id (debug_init) names the host too. */
+    snprintf(host, sizeof(host), "%s", debug_host);
+    if (host[0] == '\0' && gethostname(host, sizeof(host) - 1) == 0) {
+        host[sizeof(host) - 1] = '\0';
+        host[strcspn(host, ".")] = '\0';
+    }
+    int n = snprintf(buf, sizeof(buf), "%s:%d:%d [%d] CHORUS %s %s ", host, (int)getpid(),
                      (int)syscall(SYS_gettid), debug_rank, level_names[level], subsys_name(subsys));
     if (level == LOG_TRACE && n < (int)sizeof(buf))
         n += snprintf(buf + n, sizeof(buf) - n, "%s:%d ", file, line);
