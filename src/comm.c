@@ -12,6 +12,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "comm.h"
@@ -465,5 +466,38 @@ chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int *device)
     if (device == NULL)
         return ERR(chorusInvalidArgument, SUB_INIT, "chorusCommCuDevice: device is NULL");
     *device = comm->peers[comm->rank].cuda_dev;
+    return chorusSuccess;
+}
+
+/* The tuner's pick for a call of count elements (tuning.c), by NCCL's name of the collective. */
+chorusResult_t chorusCommTuningInfo(chorusComm_t comm, const char *coll, size_t count,
+                                    chorusDataType_t datatype, const char **algo,
+                                    double *predictedUs)
+{
+    static const char *names[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter"};
+    CHECK(comm_check(comm, "chorusCommTuningInfo"));
+    int kind = -1;
+    for (int i = 0; coll != NULL && i < 5; i++)
+        if (strcasecmp(coll, names[i]) == 0)
+            kind = i;
+    if (kind < 0)
+        return comm_api_return(
+            comm, ERR(chorusInvalidArgument, SUB_TUNING,
+                      "chorusCommTuningInfo (rank %d): coll \"%s\" is not one of allreduce, "
+                      "broadcast, reduce, allgather, reducescatter",
+                      comm->rank, coll ? coll : "(null)"));
+    if ((unsigned)datatype >= chorusNumTypes)
+        return comm_api_return(
+            comm, ERR(chorusInvalidArgument, SUB_TUNING,
+                      "chorusCommTuningInfo (rank %d): datatype %d is not a chorusDataType_t "
+                      "(allowed 0..%d)",
+                      comm->rank, (int)datatype, chorusNumTypes - 1));
+    if (algo == NULL || predictedUs == NULL)
+        return comm_api_return(comm, ERR(chorusInvalidArgument, SUB_TUNING,
+                                         "chorusCommTuningInfo (rank %d): %s is NULL", comm->rank,
+                                         algo == NULL ? "algo" : "predictedUs"));
+    tune_choice_t c = tune_pick(&comm->tuner, (coll_kind_t)kind, count * dtype_nbytes(datatype));
+    *algo = algo_name(c.algo);
+    *predictedUs = c.predicted_us;
     return chorusSuccess;
 }

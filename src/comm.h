@@ -312,6 +312,21 @@ int comm_calls_running(chorusComm_t comm);
 /* Wait until no operation of comm is queued or running. */
 chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms);
 
+/* The API name of a call kind: "chorusAllReduce", ... (error texts). */
+static inline const char *coll_name(coll_kind_t kind)
+{
+    /* Rows of chars, not pointers: every call takes a name (read only on failure), and a table
+     * of pointers sits in .data.rel.ro, one more page a call would read (debug.h's HOT_PATH). */
+    static const char names[][20] = {"chorusAllReduce", "chorusBroadcast",     "chorusReduce",
+                                     "chorusAllGather", "chorusReduceScatter", "chorusAlltoAll",
+                                     "chorusSend",      "chorusRecv"};
+    return names[kind];
+}
+
+/* check_args.c: CHORUS_CHECK_ARGS's comparison of collective number seq's arguments across the
+ * ranks; chorusInvalidUsage (comm->args_refused set) where they differ. */
+chorusResult_t args_agree(chorusComm_t comm, const coll_args_t *a, uint64_t seq);
+
 /* group.c: 1 while inside chorusGroupStart/End on this thread; ops queue there. */
 /* chorusGroupStart nesting of this thread (initial-exec: TLS_HOT of debug.h) */
 extern __thread int group_depth __attribute__((tls_model("initial-exec")));

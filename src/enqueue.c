@@ -10,22 +10,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "comm.h"
 #include "cuda_drv.h"
 #include "cuda_stage.h"
 #include "debug.h"
-
-static const char *coll_name(coll_kind_t kind)
-{
-    /* Rows of chars, not pointers: every call takes a name (read only on failure), and a table
-     * of pointers sits in .data.rel.ro, one more page a call would read (debug.h's HOT_PATH). */
-    static const char names[][20] = {"chorusAllReduce", "chorusBroadcast",     "chorusReduce",
-                                     "chorusAllGather", "chorusReduceScatter", "chorusAlltoAll",
-                                     "chorusSend",      "chorusRecv"};
-    return names[kind];
-}
 
 /* Send and receive: matched in issue order per peer, a group's all progressed together after its
  * collectives (comm_exec). An all-to-all is a collective: run in issue order with the others, as
@@ -718,60 +707,6 @@ explain_coll(chorusComm_t comm, const comm_op_t *op, uint64_t seq, chorusResult_
     return health_explain(comm, what, seq, res);
 }
 
-/* CHORUS_CHECK_ARGS: what every rank called, compared over the bootstrap before anything runs
- * (NCCL and MPI compare nothing: an all-reduce of 1000 floats against one of 100000 returned
- * success with every element wrong, a float32 against a float64 garbage). Every rank sees every
- * card, so all refuse alike and the communicator stays usable. */
-typedef struct call_card {
-    int32_t kind, dtype, op, root; /* op and root -1 where the collective has none */
-    uint64_t count;
-} call_card_t;
-
-static void call_text(const call_card_t *c, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "%s of %llu %s", coll_name((coll_kind_t)c->kind),
-                     (unsigned long long)c->count, dtype_name((chorusDataType_t)c->dtype));
-    if (c->op >= 0 && n > 0 && (size_t)n < len)
-        n += snprintf(buf + n, len - (size_t)n, " (%s)", redop_name((chorusRedOp_t)c->op));
-    if (c->root >= 0 && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, " from root %d", c->root);
-}
-
-static __attribute__((noinline, cold)) chorusResult_t args_agree(chorusComm_t comm,
-                                                                 const coll_args_t *a, uint64_t seq)
-{
-    int n = comm->nranks, me = comm->rank;
-    int reduces =
-        a->kind == COLL_ALLREDUCE || a->kind == COLL_REDUCE || a->kind == COLL_REDUCESCATTER;
-    int rooted = a->kind == COLL_BROADCAST || a->kind == COLL_REDUCE;
-    call_card_t *all = calloc((size_t)n, sizeof(*all));
-    if (all == NULL)
-        return ERR(chorusSystemError, SUB_COLL, "out of memory for %d argument cards", n);
-    all[me] = (call_card_t){(int32_t)a->kind, (int32_t)a->dtype, reduces ? (int32_t)a->op : -1,
-                            rooted ? a->root : -1, (uint64_t)a->count};
-    chorusResult_t res = boot_allgather(comm->boot, all, sizeof(*all));
-    int differ = 0, first = -1;
-    for (int r = 1; res == chorusSuccess && r < n; r++)
-        if (memcmp(&all[r], &all[0], sizeof(*all)) != 0) {
-            differ++;
-            first = first < 0 ? r : first;
-        }
-    if (res == chorusSuccess && differ > 0) {
-        char zero[160], other[160];
-        __atomic_store_n(&comm->args_refused, 1, __ATOMIC_RELEASE);
-        call_text(&all[0], zero, sizeof(zero));
-        call_text(&all[first], other, sizeof(other));
-        res = ERR(chorusInvalidUsage, SUB_COLL,
-                  "%s #%llu (rank %d): the ranks called different collectives or arguments "
-                  "(CHORUS_CHECK_ARGS): rank 0 %s, rank %d %s (%d rank%s differ from rank 0); "
-                  "nothing ran, and the communicator stays usable",
-                  coll_name(a->kind), (unsigned long long)seq, me, zero, first, other, differ,
-                  differ > 1 ? "s" : "");
-    }
-    free(all);
-    return res;
-}
-
 HOT_PATH chorusResult_t comm_exec(chorusComm_t comm, comm_op_t *ops, int n)
 {
     chorusResult_t res = chorusSuccess;
@@ -1021,36 +956,4 @@ chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatyp
                           chorusComm_t comm, chorusStream_t stream)
 {
     OP(COLL_RECV, NULL, recvbuff, count, datatype, chorusSum, peer);
-}
-
-chorusResult_t chorusCommTuningInfo(chorusComm_t comm, const char *coll, size_t count,
-                                    chorusDataType_t datatype, const char **algo,
-                                    double *predictedUs)
-{
-    static const char *names[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter"};
-    CHECK(comm_check(comm, "chorusCommTuningInfo"));
-    int kind = -1;
-    for (int i = 0; coll != NULL && i < 5; i++)
-        if (strcasecmp(coll, names[i]) == 0)
-            kind = i;
-    if (kind < 0)
-        return comm_api_return(
-            comm, ERR(chorusInvalidArgument, SUB_TUNING,
-                      "chorusCommTuningInfo (rank %d): coll \"%s\" is not one of allreduce, "
-                      "broadcast, reduce, allgather, reducescatter",
-                      comm->rank, coll ? coll : "(null)"));
-    if ((unsigned)datatype >= chorusNumTypes)
-        return comm_api_return(
-            comm, ERR(chorusInvalidArgument, SUB_TUNING,
-                      "chorusCommTuningInfo (rank %d): datatype %d is not a chorusDataType_t "
-                      "(allowed 0..%d)",
-                      comm->rank, (int)datatype, chorusNumTypes - 1));
-    if (algo == NULL || predictedUs == NULL)
-        return comm_api_return(comm, ERR(chorusInvalidArgument, SUB_TUNING,
-                                         "chorusCommTuningInfo (rank %d): %s is NULL", comm->rank,
-                                         algo == NULL ? "algo" : "predictedUs"));
-    tune_choice_t c = tune_pick(&comm->tuner, (coll_kind_t)kind, count * dtype_nbytes(datatype));
-    *algo = algo_name(c.algo);
-    *predictedUs = c.predicted_us;
-    return chorusSuccess;
 }
