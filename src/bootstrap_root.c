@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -100,6 +101,20 @@ static void *root_thread(void *arg)
                 }
                 for (int r = 0; r < nranks; r++)
                     rank_fd[r] = -1;
+            }
+            if (why != NULL && nranks > 0 && h.magic == BOOT_MAGIC && h.secret == a.secret &&
+                h.nranks != nranks) {
+                /* One of this job (its secret) told another rank count: answered with this
+                 * root's, so it fails at once saying so (it waited for its deadline, or found
+                 * the root gone, and no message named the count). */
+                char say[128];
+                root_reply_t r = {BOOT_MAGIC, nranks, ROOT_REPLY_NRANKS};
+                sock_send_all(p->fd, &r, sizeof(r), now + 100000000);
+                snprintf(say, sizeof(say), "rank %d gave nranks %d where the first rank gave %d",
+                         h.rank, h.nranks, nranks);
+                pending_refuse(&pend, p, "bootstrap root", say);
+                pending_remove(&pend, i, 1);
+                continue;
             }
             if (why != NULL) {
                 pending_refuse(&pend, p, "bootstrap root", why);

@@ -32,7 +32,9 @@ typedef struct __attribute__((packed)) root_reply {
     int32_t status; /* ROOT_REPLY_OK: the address table follows; _MISSING: a root_missing_t */
 } root_reply_t;
 _Static_assert(sizeof(root_reply_t) == 16, "wire format");
-enum { ROOT_REPLY_OK = 0, ROOT_REPLY_MISSING = 1 };
+/* ROOT_REPLY_NRANKS: a rank of this job (its secret) gave another rank count; the reply's nranks
+ * is the root's, and nothing follows. */
+enum { ROOT_REPLY_OK = 0, ROOT_REPLY_MISSING = 1, ROOT_REPLY_NRANKS = 2 };
 
 #define ROOT_MISSING_MAX 16
 typedef struct __attribute__((packed)) root_missing {

@@ -7,6 +7,8 @@
  *                             all-gather give their closed forms
  *   test_env_init bad WORD    chorusCommInitEnv must fail with chorusInvalidArgument and a last
  *                             error that contains WORD (the variable at fault)
+ *   test_env_init expect RESULT SECONDS WORD  chorusCommInitEnv must fail with result code
+ *                             RESULT within SECONDS, its last error containing WORD
  * Before joining, `run` prints "rank R: joining" so the driver can start another rank late.
  * Exit 0: passed; 1: failed.
  */
@@ -89,6 +91,24 @@ static int bad(const char *word)
     return harness_finish("refused with chorusInvalidArgument: \"%s\"", text);
 }
 
+/* chorusCommInitEnv must fail with result code want, within limit_s seconds, its last error
+ * containing word. */
+static int expect(int want, double limit_s, const char *word)
+{
+    chorusComm_t comm = NULL;
+    double t0 = harness_now_s();
+    chorusResult_t res = chorusCommInitEnv(&comm);
+    double took = harness_now_s() - t0;
+    char text[1024];
+    snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
+    if (res == chorusSuccess)
+        chorusCommDestroy(comm);
+    harness_expect_refused("chorusCommInitEnv", res, (chorusResult_t)want, text, word, NULL);
+    CHECK(took <= limit_s, "chorusCommInitEnv failed after %.1f s, want %.1f s at most", took,
+          limit_s);
+    return harness_finish("failed with %d after %.1f s: \"%s\"", (int)res, took, text);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -96,6 +116,9 @@ int main(int argc, char **argv)
         return run();
     if (argc == 3 && strcmp(argv[1], "bad") == 0)
         return bad(argv[2]);
-    printf("usage: test_env_init run | test_env_init bad WORD\n");
+    if (argc == 5 && strcmp(argv[1], "expect") == 0)
+        return expect(atoi(argv[2]), atof(argv[3]), argv[4]);
+    printf("usage: test_env_init run | test_env_init bad WORD | test_env_init expect RESULT "
+           "SECONDS WORD\n");
     return 1;
 }
