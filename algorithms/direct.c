@@ -708,6 +708,7 @@ HOT_PATH static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v,
     char *srcs[DIRECT_MAX_RANKS];
     mem_ref_t zref;
     int zc = rs_exposes(v, a, es, &zref);
+    int own_in_place = (const char *)a->recvbuff == in + (size_t)me * a->count * es;
     if (per == 0)
         return ERR(chorusInternalError, SUB_COLL,
                    "direct reduce-scatter: a window of %zu bytes holds no element for %d ranks",
@@ -732,17 +733,20 @@ HOT_PATH static chorusResult_t reducescatter(prims_t *p, const direct_view_t *v,
             direct_piece_done(v, s, 0);
             continue;
         }
-        /* Part r of this rank's input lands at r * len in its buffer; zero-copy: the others
-         * read part r, piece s, in place (the ready flag names the input's start). */
+        /* Part r of this rank's input lands at r * len in its buffer (its own part is read from
+         * its input, unless the output is that part: in place); zero-copy: the others read part
+         * r, piece s, in place (the ready flag names the input's start). Streamed where the
+         * call's plan says so (direct_copy_in). */
         for (int r = 0; !zc && r < n; r++)
-            p->ops->copy(buf(v, me, s) + (size_t)r * len * es,
-                         in + ((size_t)r * a->count + off) * es, len * es);
+            if (r != me || own_in_place)
+                direct_window_copy(p, p->stream_send, buf(v, me, s) + (size_t)r * len * es,
+                                   in + ((size_t)r * a->count + off) * es, len * es);
         direct_publish_ready(v, s, zc ? &zref : NULL, 0);
         CHECK(direct_wait_all(p, v, OFF_READY(s), s, "direct window ready flag"));
         size_t mine = ((size_t)me * a->count + off) * es;
         for (int r = 0; r < n; r++) {
             const char *src = NULL;
-            if (r == me && zc)
+            if (r == me && !own_in_place)
                 src = in + mine;
             else if (r != me)
                 CHECK(direct_ref_of(v, r, &hdr(v, r)->ready[s & 1], mine, len * es, &src));

@@ -620,8 +620,9 @@ void direct_slot_ready(const direct_view_t *v, uint64_t s)
 void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const mem_ref_t *ref,
                           const char *in, size_t off, size_t len)
 {
-    if (ref == NULL)
-        p->ops->copy(buf(v, v->rank, s), in + off * p->esize, len * p->esize);
+    if (ref == NULL) /* streamed where the call's plan says so (direct_copy_in) */
+        direct_window_copy(p, p->stream_send, buf(v, v->rank, s), in + off * p->esize,
+                           len * p->esize);
     direct_publish_ready(v, s, ref, off * p->esize);
 }
 

@@ -41,19 +41,36 @@ static inline char *slot_of(const direct_view_t *v, int r, uint64_t s, size_t sl
     return v->base[r] + DIRECT_HDR_NBYTES + (size_t)(s % slot_count(v, slot)) * slot;
 }
 
-/* A copy into this rank's slot, which a peer read when the slots last came round: from
- * stream_slot_nbytes with streaming stores, which take no line back from the peer's cache. On
- * the AMD VM of 2026-12-07 a slotted 2-rank broadcast's root writing plainly ran 4-7x slower in
- * some runs (64 KiB 25-37 us, 256 KiB 56-116, Open MPI 8 and 21-30 in the same runs) and streamed
- * in none (4.1-5.9 and 16.8-20.8), while in the others the two were even from 8 KiB (64 KiB
- * 3.9-6.2 plain, 4.2-5.9 streamed; eight alternated pairs of broadcast_perf -b 8K -e 256K -f 2
- * -w 20 -n 300 with CHORUS_CMA_MIN=0); at 4 KiB streamed 0.42-0.54 us against 0.35-0.90, at 512
- * B-2 KiB plain stores won (0.14-0.24 against 0.25-0.34). */
+/* A copy into this rank's window with streaming stores or not, timed where the call's plan
+ * asks (p->win_copy_ns): the plan weighs the two ways by what they cost the writer (src/enqueue.c
+ * run_direct). */
+static inline void direct_window_copy(prims_t *p, int stream, void *dst, const void *src,
+                                      size_t nbytes)
+{
+    if (p->win_copy_ns < 0) {
+        memops_copy(p->ops, stream, dst, src, nbytes);
+        return;
+    }
+    int64_t t0 = fifo_now_ns();
+    memops_copy(p->ops, stream, dst, src, nbytes);
+    p->win_copy_ns += fifo_now_ns() - t0;
+}
+
+/* A copy into this rank's slot, which a peer read when the slots last came round: with
+ * streaming stores, which take no line back from the peer's cache, where the call chose them
+ * (p->stream_send: CHORUS_WINDOW_ADAPT, src/enqueue.c run_direct, which says when) and from
+ * stream_slot_nbytes. On the AMD VM of 2026-12-07 a slotted 2-rank broadcast's root writing plainly
+ * ran 4-7x slower in some runs (64 KiB 25-37 us, 256 KiB 56-116, Open MPI 8 and 21-30 in the same
+ * runs) and streamed in none (4.1-5.9 and 16.8-20.8), while in the others the two were even from 8
+ * KiB (64 KiB 3.9-6.2 plain, 4.2-5.9 streamed; eight alternated pairs of broadcast_perf -b 8K -e
+ * 256K -f 2 -w 20 -n 300 with CHORUS_CMA_MIN=0); at 4 KiB streamed 0.42-0.54 us against 0.35-0.90,
+ * at 512 B-2 KiB plain stores won (0.14-0.24 against 0.25-0.34). */
 static inline void direct_copy_in(prims_t *p, const direct_view_t *v, void *dst, const void *src,
                                   size_t nbytes)
 {
-    memops_copy(p->ops, v->stream_slot_nbytes != 0 && nbytes >= v->stream_slot_nbytes, dst, src,
-                nbytes);
+    direct_window_copy(
+        p, p->stream_send || (v->stream_slot_nbytes != 0 && nbytes >= v->stream_slot_nbytes), dst,
+        src, nbytes);
 }
 
 #define OFF_READY(s) (offsetof(direct_hdr_t, ready) + (size_t)((s)&1) * sizeof(fifo_flag_t))

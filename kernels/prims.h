@@ -29,8 +29,12 @@ typedef struct prims {
     int stream_out; /* the call's output outgrows the caches: copies into it stream (copy_out) */
     /* Copies into send slots stream (copy_out), so the writer takes no line back from the
      * reader of the slot's last slice: the call outgrows the caches (CHORUS_NT_MIN_BYTES, in
-     * place too), or src/slot_adapt.c chose it for the call's class; see prims.c slot_copy. */
+     * place too), or src/slot_adapt.c chose it for the call's class; see prims.c slot_copy.
+     * The direct algorithms: the same for copies into this rank's window (direct_copy_in). */
     int stream_send;
+    /* The direct algorithms: ns this call has spent copying into this rank's window, where its
+     * plan times them (src/enqueue.c run_coll); -1: not timed. */
+    int64_t win_copy_ns;
 } prims_t;
 
 /* A step's copy into the caller's output buffer. */

@@ -212,6 +212,12 @@ struct chorusComm {
      * (slot_adapt.c, enqueue.c run_channels) */
     int64_t slot_adapt;
     slot_adapt_t slot_plan;
+    /* CHORUS_WINDOW_ADAPT as taken (0 on more than one host): the direct algorithms' copies into
+     * a rank's own window are chosen in win_plan, as slot_plan chooses the slots' (enqueue.c
+     * run_coll; algorithms/direct_win.c direct_copy_in) */
+    int64_t win_adapt;
+    slot_adapt_t win_plan;
+#define WIN_STREAM_PCT 70 /* win_plan's stream_pct (slot_adapt.h; init.c says why) */
 };
 _Static_assert(offsetof(struct chorusComm, last_error) <= 4096,
                "the fields every call reads fit the communicator's first page");
@@ -322,6 +328,41 @@ static inline const char *coll_name(coll_kind_t kind)
                                      "chorusSend",      "chorusRecv"};
     return names[kind];
 }
+
+/* Bytes a call writes into this rank's output buffer. */
+static inline size_t coll_out_nbytes(chorusComm_t comm, const coll_args_t *a)
+{
+    size_t nb = a->count * dtype_nbytes(a->dtype);
+    return a->kind == COLL_ALLGATHER || a->kind == COLL_ALLTOALL ? nb * (size_t)comm->nranks : nb;
+}
+
+/* The output overlaps the input: its lines were just read, and stores that hit them beat
+ * streaming them out (2 ranks, 64 MiB all-reduce in place: 6.5-8.6 ms streamed, 6.1-6.7 not). */
+static inline int coll_in_place(chorusComm_t comm, const coll_args_t *a)
+{
+    size_t in = a->count * dtype_nbytes(a->dtype);
+    if (a->kind == COLL_REDUCESCATTER || a->kind == COLL_ALLTOALL)
+        in *= (size_t)comm->nranks;
+    uintptr_t s = (uintptr_t)a->sendbuff, r = (uintptr_t)a->recvbuff;
+    return s < r + coll_out_nbytes(comm, a) && r < s + in;
+}
+
+/* A call whose copies into memory a peer reads (the ring's and trees' send slots, a rank's
+ * window) a plan chooses plain or streaming stores for (slot_adapt.c). k: its class, -1 where the
+ * plan does not choose (off, one rank, below SLOT_ADAPT_MIN_NBYTES, or from CHORUS_NT_MIN_BYTES,
+ * where fill_prims streams). */
+typedef struct adapt_call {
+    slot_adapt_t *plan;
+    int key, k, stream;
+    int64_t t0;
+} adapt_call_t;
+/* The way plan gives call a (on: the plan is in use), its clock started (slot_adapt.c). */
+void adapt_begin(chorusComm_t comm, int64_t on, slot_adapt_t *plan, const coll_args_t *a,
+                 adapt_call_t *c);
+/* Call a, begun with adapt_begin, ended well: ns (the call's time where -1) counts in the plan.
+ * what: the copies the plan chooses for (a log line where their way changes). */
+void adapt_end(chorusComm_t comm, const coll_args_t *a, const adapt_call_t *c, int64_t ns,
+               const char *what);
 
 /* check_args.c: CHORUS_CHECK_ARGS's comparison of collective number seq's arguments across the
  * ranks; chorusInvalidUsage (comm->args_refused set) where they differ. */

@@ -246,34 +246,16 @@ static chorusResult_t run_channel(void *arg)
     return res;
 }
 
-/* Bytes a call writes into this rank's output buffer. */
-static size_t out_nbytes(chorusComm_t comm, const coll_args_t *a)
-{
-    size_t nb = a->count * dtype_nbytes(a->dtype);
-    return a->kind == COLL_ALLGATHER || a->kind == COLL_ALLTOALL ? nb * (size_t)comm->nranks : nb;
-}
-
-/* The output overlaps the input: its lines were just read, and stores that hit them beat
- * streaming them out (2 ranks, 64 MiB all-reduce in place: 6.5-8.6 ms streamed, 6.1-6.7 not). */
-static int in_place(chorusComm_t comm, const coll_args_t *a)
-{
-    size_t in = a->count * dtype_nbytes(a->dtype);
-    if (a->kind == COLL_REDUCESCATTER || a->kind == COLL_ALLTOALL)
-        in *= (size_t)comm->nranks;
-    uintptr_t s = (uintptr_t)a->sendbuff, r = (uintptr_t)a->recvbuff;
-    return s < r + out_nbytes(comm, a) && r < s + in;
-}
-
 /* Every field stored one by one: a zeroing initializer of the 128-byte struct compiled to `rep
  * stos`, whose start-up took 57% of this function's samples on a 2-rank 8 B broadcast's root
  * (perf record, AMD VM of 2026-12-07). A field added to prims_t or wait_ctx_t must be set here:
  * the size checks below fail until it is. */
-_Static_assert(sizeof(prims_t) == 128 && sizeof(wait_ctx_t) == 72,
+_Static_assert(sizeof(prims_t) == 136 && sizeof(wait_ctx_t) == 72,
                "fill_prims stores every field of prims_t and wait_ctx_t: add the new one there");
 HOT_PATH static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t *p)
 {
     int64_t nt = comm->nt_min;
-    int big = nt > 0 && out_nbytes(comm, a) >= (uint64_t)nt;
+    int big = nt > 0 && coll_out_nbytes(comm, a) >= (uint64_t)nt;
     p->send = NULL;
     p->recv = NULL;
     p->ops = &host_memops;
@@ -290,8 +272,9 @@ HOT_PATH static void fill_prims(chorusComm_t comm, const coll_args_t *a, prims_t
     p->wait.other_gone = health_other_gone;
     p->wait.gate = NULL;
     p->divisor = a->op == chorusAvg ? (uint64_t)comm->nranks : 0;
-    p->stream_out = big && !in_place(comm, a);
+    p->stream_out = big && !coll_in_place(comm, a);
     p->stream_send = big;
+    p->win_copy_ns = -1;
 }
 
 /* fill_prims for the direct algorithms, whose waits have a gate (comm->direct_spin). */
@@ -414,6 +397,51 @@ static __attribute__((noinline)) chorusResult_t run_alltoall(chorusComm_t comm,
     return run_p2p(comm, &op, 1);
 }
 
+/* A collective by the direct program (one-shot, two-shot; direct.c). How a rank copies its input
+ * into its window (CHORUS_WINDOW_ADAPT): plainly below 32 KiB (slots: window.c's rule), streamed
+ * from 32 KiB, and chosen by win_plan from 32 KiB for all-reduces, reduces and reduce-scatters
+ * where ranks share cores. A copy over lines a peer read the call before takes them back first
+ * where plain, which costs 5-24x a private write in some minutes on this VM. Measured on the AMD
+ * VM of 2026-12-07, both ways alternated (four to six rounds of all_reduce_perf or broadcast_perf
+ * -b 32K -e 4M -f 4 -w 10 -n 50, median and range of each way's times):
+ *   - 2 ranks, all-reduce: even (512 KiB 62.2 us, 60.4-69.4, streamed, 62.6 plain, 54.6-335.1);
+ *     plain stores ran 4-5x slower in the runs that met the state in which a write over lines a
+ *     peer has read costs 7-24x a private one (take_back), streaming never;
+ *   - 4 ranks on 2 cores, broadcast: streamed as fast or faster (2 MiB 286 us against 301, and
+ *     212-376 against 246-1261);
+ *   - 4 ranks on 2 cores, all-reduce: plain stores won by 1.3-1.5x where they did not collapse
+ *     (128 KiB 37 us against 52; a reader on the writer's core reads them from its cache) and
+ *     lost by 4x where they did (151.7 against 52): there the plan chooses, by what the rank's
+ *     own copies cost, not by the call's time, which waits for the others and for their turns on
+ *     the cores (chosen by call times, the way it chose cost more than either). */
+static chorusResult_t run_direct(chorusComm_t comm, const coll_args_t *a, int twoshot)
+{
+    prims_t p;
+    fill_direct_prims(comm, a, &p);
+    /* Small calls first, by a bound on the call's larger buffer. The all-gather chooses its
+     * window copies by rules of its own (window.c); fill_prims streams calls from
+     * CHORUS_NT_MIN_BYTES. */
+    if (a->count * p.esize * (size_t)comm->nranks < SLOT_ADAPT_MIN_NBYTES ||
+        a->kind == COLL_ALLGATHER || comm->win_adapt == 0 || p.stream_send ||
+        a->count * p.esize * (a->kind == COLL_REDUCESCATTER ? (size_t)comm->nranks : 1) <
+            SLOT_ADAPT_MIN_NBYTES)
+        return direct_program(&p, &comm->win_view, a, twoshot);
+    if (comm->win_adapt == 1 && (!comm->over || a->kind == COLL_BROADCAST)) {
+        p.stream_send = 1;
+        return direct_program(&p, &comm->win_view, a, twoshot);
+    }
+    adapt_call_t adapt;
+    adapt_begin(comm, 1, &comm->win_plan, a, &adapt);
+    if (adapt.k >= 0) {
+        p.stream_send = adapt.stream;
+        p.win_copy_ns = 0;
+    }
+    CHECK(direct_program(&p, &comm->win_view, a, twoshot));
+    if (p.win_copy_ns > 0) /* a broadcast's other ranks, or inputs read in place, copy none */
+        adapt_end(comm, a, &adapt, p.win_copy_ns, "window copies");
+    return chorusSuccess;
+}
+
 HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
 {
     size_t esize = dtype_nbytes(a->dtype);
@@ -436,9 +464,7 @@ HOT_PATH static chorusResult_t run_coll(chorusComm_t comm, const coll_args_t *a)
         TRACE(SUB_TUNING, "%s of %zu bytes: %s, model %.1f us", coll_name(a->kind),
               a->count * esize, algo_name(choice.algo), choice.predicted_us);
         CHECK(window_connect(comm));
-        prims_t p;
-        fill_direct_prims(comm, a, &p);
-        return direct_program(&p, &comm->win_view, a, choice.algo == ALGO_TWOSHOT);
+        return run_direct(comm, a, choice.algo == ALGO_TWOSHOT);
     }
     int64_t zc_min = a->kind == COLL_ALLREDUCE       ? comm->zc_allreduce_min
                      : a->kind == COLL_BROADCAST     ? comm->zc_broadcast_min
@@ -504,22 +530,13 @@ run_channels(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice)
         CHECK(connect_trees(comm));
     coll_task_t tasks[MAX_CHANNELS];
     tree_conns_t views[MAX_CHANNELS];
-    /* Where fill_prims does not stream the slots (CHORUS_NT_MIN_BYTES), the slot stores are
-     * chosen per class of the call's larger buffer (what nccl-tests call its size). */
-    size_t call_nbytes =
-        a->count * esize *
-        (a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER ? comm->nranks : 1);
-    int k = comm->slot_adapt && (unsigned)a->kind < TUNE_NCOLLS && comm->nranks > 1 &&
-                    (comm->nt_min <= 0 || out_nbytes(comm, a) < (uint64_t)comm->nt_min)
-                ? slot_adapt_class(call_nbytes)
-                : -1;
-    int key = SLOT_ADAPT_KEY((int)a->kind, in_place(comm, a));
-    int stream = k >= 0 ? slot_adapt_begin(&comm->slot_plan, key, k) : 0;
+    adapt_call_t adapt;
+    adapt_begin(comm, comm->slot_adapt, &comm->slot_plan, a, &adapt);
     for (int c = 0; c < nch; c++) {
         channel_t *ch = &comm->channels[c];
         fill_prims(comm, a, &tasks[c].work.prims);
-        if (k >= 0)
-            tasks[c].work.prims.stream_send = stream;
+        if (adapt.k >= 0)
+            tasks[c].work.prims.stream_send = adapt.stream;
         tasks[c].work.prims.send = comm->nranks > 1 ? &ch->send.conn : NULL;
         tasks[c].work.prims.recv = comm->nranks > 1 ? &ch->recv.conn : NULL;
         tasks[c].work.ring = &ch->ring;
@@ -540,19 +557,8 @@ run_channels(chorusComm_t comm, const coll_args_t *a, tune_choice_t choice)
         tasks[c].program = algo_program(a->kind, tree);
         tasks[c].abort_flag = &comm->abort_flag;
     }
-    if (k < 0)
-        return exec_pool_run(comm->pool, nch, run_channel, tasks, sizeof(coll_task_t));
-    int64_t t0 = fifo_now_ns();
     CHECK(exec_pool_run(comm->pool, nch, run_channel, tasks, sizeof(coll_task_t)));
-    int64_t ns = fifo_now_ns() - t0;
-    if (slot_adapt_end(&comm->slot_plan, key, k, stream, ns))
-        INFO(SUB_TUNING,
-             "%s of %zu KiB%s, %s: send slots written with %s stores now (%.1f us the median "
-             "of a few calls, against %.1f)",
-             coll_name(a->kind), (size_t)(SLOT_ADAPT_MIN_NBYTES / 1024) << k,
-             k == SLOT_ADAPT_CLASSES - 1 ? " and more" : " to twice that",
-             in_place(comm, a) ? "in place" : "out of place", stream ? "streaming" : "plain",
-             comm->slot_plan.cls[key][k].trial_median / 1e3, comm->slot_plan.cls[key][k].ref / 1e3);
+    adapt_end(comm, a, &adapt, -1, "send slots");
     return chorusSuccess;
 }
 

@@ -498,7 +498,15 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     /* Where ranks share a core, the reader of a slot often shares the writer's caches too. */
     comm->slot_adapt =
         comm->nhosts == 1 ? unless_set("CHORUS_SLOT_ADAPT", pa->slot_adapt, over, 0) : 0;
-    slot_adapt_init(&comm->slot_plan, comm->slot_adapt == 2);
+    slot_adapt_init(&comm->slot_plan, comm->slot_adapt == 2, 100);
+    /* The window's plan times a rank's own copies (enqueue.c run_direct). A plain copy over lines
+     * a peer has read cost 1.0-1.2x a private one where the cores hand lines back cheaply and
+     * 5-24x where they do not; a streamed one 1.3-1.8x in both (take_back, 64 KiB-1 MiB). What
+     * the copy's time leaves out, the readers' reads from memory instead of a cache, cost 4 ranks
+     * on 2 cores 1.3-1.5x in all-reduces of 128 KiB-2 MiB where plain stores did not collapse:
+     * streaming is kept only where it times at most WIN_STREAM_PCT percent of plain. */
+    comm->win_adapt = comm->nhosts == 1 ? pa->window_adapt : 0;
+    slot_adapt_init(&comm->win_plan, comm->win_adapt == 2, WIN_STREAM_PCT);
     CHECK(res);
     if (t.direct)
         CHECK(settings_alike_direct(comm));

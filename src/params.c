@@ -75,6 +75,13 @@ static const param_def_t param_table[] = {
      "in place or not, by timing a few calls the other way now and then (from "
      "CHORUS_NT_MIN_BYTES they stream); 0: plain below CHORUS_NT_MIN_BYTES (the default where "
      "the ranks outnumber the cores); 2 (tests): every call the other way"},
+    {"CHORUS_WINDOW_ADAPT", PT_INT, "1", 0, 2, OFF(window_adapt),
+     "1: on one host, one-shot and two-shot calls from 32 KiB copy a rank's input into its "
+     "window with streaming stores; where the machine's ranks outnumber its cores, all-reduces, "
+     "reduces and reduce-scatters choose plain or streaming stores instead, each rank per "
+     "collective, size, and in place or not, by timing its own copies a few calls the other way "
+     "now and then; 0: plain stores below CHORUS_NT_MIN_BYTES; 2 (tests): every call the other "
+     "way"},
     {"CHORUS_ZCOPY", PT_INT, "1", 0, 1, OFF(zcopy),
      "1: one-host direct algorithms read chorusMemAlloc inputs in place from CHORUS_ZCOPY_MIN "
      "(all-reduce: only after its vote, CHORUS_ZCOPY_ALLREDUCE_MIN); 0: copy"},

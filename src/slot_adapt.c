@@ -37,15 +37,19 @@
 
 #include <string.h>
 
+#include "comm.h"
+#include "debug.h"
+
 #define SLOT_WARM 8
 #define SLOT_KEEP_PCT 90
 #define SLOT_PERIOD 16
 #define SLOT_PERIOD_MAX 1024
 
-void slot_adapt_init(slot_adapt_t *sa, int test)
+void slot_adapt_init(slot_adapt_t *sa, int test, int stream_pct)
 {
     memset(sa, 0, sizeof(*sa));
     sa->test = test;
+    sa->stream_pct = stream_pct;
     for (int c = 0; c < SLOT_ADAPT_KEYS; c++)
         for (int k = 0; k < SLOT_ADAPT_CLASSES; k++) {
             slot_class_t *cl = &sa->cls[c][k];
@@ -101,7 +105,11 @@ int slot_adapt_end(slot_adapt_t *sa, int key, int k, int stream, int64_t ns)
         if (--cl->trial_left != 0)
             return 0;
         cl->trial_median = median(cl->trial, SLOT_ADAPT_TRIAL);
-        int keep = cl->trial_median * 100 <= cl->ref * SLOT_KEEP_PCT;
+        /* Streaming's times count x 100 / stream_pct: the trial's (from plain), or the current
+         * way's (a trial of plain). */
+        int keep = cl->stream
+                       ? cl->trial_median * sa->stream_pct <= cl->ref * SLOT_KEEP_PCT
+                       : cl->trial_median * 100 * 100 <= cl->ref * SLOT_KEEP_PCT * sa->stream_pct;
         if (keep) {
             cl->stream = !cl->stream;
             cl->period = SLOT_PERIOD;
@@ -121,4 +129,40 @@ int slot_adapt_end(slot_adapt_t *sa, int key, int k, int stream, int64_t ns)
     cl->ref = median(cl->recent, cl->nrecent);
     cl->trial_left = SLOT_ADAPT_TRIAL;
     return 0;
+}
+
+/* The way plan gives call a (on: the plan is in use), its clock started. */
+void adapt_begin(chorusComm_t comm, int64_t on, slot_adapt_t *plan, const coll_args_t *a,
+                 adapt_call_t *c)
+{
+    /* The class of the call's larger buffer (what nccl-tests call its size). */
+    size_t call_nbytes =
+        a->count * dtype_nbytes(a->dtype) *
+        (a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER ? comm->nranks : 1);
+    c->plan = plan;
+    c->k = on && (unsigned)a->kind < TUNE_NCOLLS && comm->nranks > 1 &&
+                   (comm->nt_min <= 0 || coll_out_nbytes(comm, a) < (uint64_t)comm->nt_min)
+               ? slot_adapt_class(call_nbytes)
+               : -1;
+    c->key = c->k >= 0 ? SLOT_ADAPT_KEY((int)a->kind, coll_in_place(comm, a)) : 0;
+    c->stream = c->k >= 0 ? slot_adapt_begin(plan, c->key, c->k) : 0;
+    c->t0 = c->k >= 0 ? fifo_now_ns() : 0;
+}
+
+/* Call a, begun with adapt_begin, ended well: ns (the call's time where -1) counts in the plan.
+ * what: the copies the plan chooses for (a log line where their way changes). */
+void adapt_end(chorusComm_t comm, const coll_args_t *a, const adapt_call_t *c, int64_t ns,
+               const char *what)
+{
+    if (c->k < 0)
+        return;
+    if (slot_adapt_end(c->plan, c->key, c->k, c->stream, ns < 0 ? fifo_now_ns() - c->t0 : ns))
+        INFO(SUB_TUNING,
+             "%s of %zu KiB%s, %s: %s written with %s stores now (%.1f us the median of a few "
+             "calls, against %.1f)",
+             coll_name(a->kind), (size_t)(SLOT_ADAPT_MIN_NBYTES / 1024) << c->k,
+             c->k == SLOT_ADAPT_CLASSES - 1 ? " and more" : " to twice that",
+             coll_in_place(comm, a) ? "in place" : "out of place", what,
+             c->stream ? "streaming" : "plain", c->plan->cls[c->key][c->k].trial_median / 1e3,
+             c->plan->cls[c->key][c->k].ref / 1e3);
 }

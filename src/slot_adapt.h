@@ -35,13 +35,16 @@ typedef struct slot_class {
 
 typedef struct slot_adapt {
     int test; /* CHORUS_SLOT_ADAPT=2: every call the other way */
+    /* Streaming counts as its times x 100 / stream_pct against plain's: 100 weighs them alike;
+     * below 100, streaming must save more than the times show (a cost they leave out). */
+    int stream_pct;
     slot_class_t cls[SLOT_ADAPT_KEYS][SLOT_ADAPT_CLASSES];
     uint64_t calls[2]; /* calls run with plain (0) and streaming (1) slot stores (tests look) */
     uint64_t switches; /* trials that changed a class's way */
 } slot_adapt_t;
 
 /* Every class starts plain. */
-void slot_adapt_init(slot_adapt_t *sa, int test);
+void slot_adapt_init(slot_adapt_t *sa, int test, int stream_pct);
 /* The class of a call of nbytes (its larger buffer), or -1 below SLOT_ADAPT_MIN_NBYTES. */
 int slot_adapt_class(size_t nbytes);
 /* The way this call of key (SLOT_ADAPT_KEY) and class k writes its slots: 1 stream. */

@@ -313,7 +313,20 @@ chorus_add_test(NAME coll_stream_zcopy_oneshot_threads_3 TIMEOUT 300
 chorus_add_test(NAME coll_slot_adapt_threads_2 TIMEOUT 300
   COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 2 --counts 1,7,1031,140000 --slot-modes
   ENV CHORUS_SLOT_ADAPT=2 CHORUS_ALGO=ring)
+# The same for the direct algorithms' copies into a rank's window (CHORUS_WINDOW_ADAPT=2,
+# src/enqueue.c run_coll): one-shot and two-shot, two and three ranks (processes: without
+# cross-memory attach, whose two-shot all-reduces copy nothing into the window).
+foreach(algo oneshot twoshot)
+  chorus_add_test(NAME coll_window_adapt_${algo}_threads_3 TIMEOUT 300
+    COMMAND $<TARGET_FILE:coll_matrix_threads> --threads 3 --counts 1,7,1031,140000 --window-modes
+    ENV CHORUS_WINDOW_ADAPT=2 CHORUS_ALGO=${algo})
+endforeach()
 if(MPI_C_FOUND)
+  chorus_add_test(NAME coll_window_adapt_twoshot_mpi_2 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2
+            -x CHORUS_WINDOW_ADAPT=2 -x CHORUS_ALGO=twoshot -x CHORUS_DIRECT_BUFFSIZE=65536
+            -x CHORUS_CMA_MIN=0
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,1031,140000 --window-modes)
   chorus_add_test(NAME coll_slot_adapt_mpi_3 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3
             -x CHORUS_SLOT_ADAPT=2 -x CHORUS_ALGO=ring -x CHORUS_BUFFSIZE=16384

@@ -210,6 +210,7 @@ typedef struct ctx {
     long cma_adapt; /* 1: its all-gathers choose their path at run time (CHORUS_CMA_ADAPT) */
     long cma_switches; /* plans it took up that changed the path of some size */
     long slot_both; /* 1: its ring or tree calls wrote their send slots both ways (slot_adapt) */
+    long win_both; /* 1: its direct calls copied into its window both ways (CHORUS_WINDOW_ADAPT) */
     /* WITH_DEVBUF: the device buffers behind the host shadows send and recv, their size, the
      * stream, and the result of the call in flight (CALL) */
     char *send, *recv, *dsend, *drecv;
@@ -264,6 +265,9 @@ static const char *const cma_w_names[CMA_W_KINDS] = {"allgather", "broadcast", "
 /* --slot-modes: fail unless every rank ran ring or tree calls with plain and with streaming
  * send-slot stores (CHORUS_SLOT_ADAPT=2 switches at every call). */
 static int slot_modes;
+/* --window-modes: the same for the direct algorithms' copies into a rank's window
+ * (CHORUS_WINDOW_ADAPT=2). */
+static int window_modes;
 /* --memalloc: 0 malloc'd buffers, 1 chorusMemAlloc on every rank, 2 on even ranks only. */
 static int memalloc_mode;
 /* --zc-allreduce: -1 not checked, 1 some all-reduce must win the zero-copy vote, 0 none may. */
@@ -558,6 +562,7 @@ static void run_matrix(ctx_t *c)
     c->cma_adapt = c->comm->win_view.cma_adapt != NULL;
     c->cma_switches = c->cma_adapt ? (long)c->comm->cma_plan.switches : 0;
     c->slot_both = c->comm->slot_plan.calls[0] != 0 && c->comm->slot_plan.calls[1] != 0;
+    c->win_both = c->comm->win_plan.calls[0] != 0 && c->comm->win_plan.calls[1] != 0;
 }
 
 /* --zc-WHAT: 1 (and rank 0 says why) when want is 1 and no call won its zero-copy vote, or 0 and
@@ -585,7 +590,8 @@ static void *thread_main(void *arg)
  * the run can never pass by losing a rank's verdict. Every rank exits with the global verdict. */
 static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, long *bwon_p,
                     long *rswon_p, long *push_p, long *cma_p, long *cma_on_p, long adapt_p[3],
-                    long *arpush_p, long cma_writes_p[CMA_W_KINDS], long *slot_both_p, int *me_p)
+                    long *arpush_p, long cma_writes_p[CMA_W_KINDS], long *slot_both_p,
+                    long *win_both_p, int *me_p)
 {
     chorusComm_t comm;
     chorusResult_t res = chorusCommInitEnv(&comm);
@@ -604,14 +610,14 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
     nranks_g = n;
     ctx_t c = {.rank = me, .n = n, .comm = comm};
     run_matrix(&c);
-    int64_t sums[11 + CMA_W_KINDS] = {c.failures,     c.checks,       c.zc_reads,  c.zc_won,
+    int64_t sums[12 + CMA_W_KINDS] = {c.failures,     c.checks,       c.zc_reads,  c.zc_won,
                                       c.zc_bcast_won, c.zc_rs_won,    c.cma_reads, c.cma_on,
-                                      c.zc_pushes,    c.zc_ar_pushed, c.slot_both};
+                                      c.zc_pushes,    c.zc_ar_pushed, c.slot_both, c.win_both};
     for (int k = 0; k < CMA_W_KINDS; k++)
-        sums[11 + k] = c.cma_writes[k];
+        sums[12 + k] = c.cma_writes[k];
     int64_t adapt[3] = {c.cma_adapt, -c.cma_switches, c.cma_switches}; /* sum, -min, max */
     if (call_ok(&c,
-                chorusAllReduce(sums, sums, 11 + CMA_W_KINDS, chorusInt64, chorusSum, comm, NULL),
+                chorusAllReduce(sums, sums, 12 + CMA_W_KINDS, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the failure and check counts") &&
         call_ok(&c, chorusAllReduce(adapt, adapt, 1, chorusInt64, chorusSum, comm, NULL),
                 "AllReduce of the all-gather plans") &&
@@ -631,8 +637,9 @@ static int env_main(long *failures_p, long *checks_p, long *zc_p, long *won_p, l
         *push_p = (long)sums[8];
         *arpush_p = (long)sums[9];
         *slot_both_p = (long)sums[10];
+        *win_both_p = (long)sums[11];
         for (int k = 0; k < CMA_W_KINDS; k++)
-            cma_writes_p[k] = (long)sums[11 + k];
+            cma_writes_p[k] = (long)sums[12 + k];
     } else {
         *failures_p = c.failures;
         *checks_p = c.checks;
@@ -693,6 +700,8 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(argv[i], "--slot-modes") == 0) {
             slot_modes = 1;
+        } else if (strcmp(argv[i], "--window-modes") == 0) {
+            window_modes = 1;
         } else if (strcmp(argv[i], "--memalloc") == 0 && i + 1 < argc &&
                    (strcmp(argv[i + 1], "all") == 0 || strcmp(argv[i + 1], "even") == 0))
             memalloc_mode = strcmp(argv[++i], "all") == 0 ? 1 : 2;
@@ -728,6 +737,8 @@ int main(int argc, char **argv)
                 "               cross-memory attach\n"
                 "  --slot-modes fails unless every rank wrote ring or tree send slots both\n"
                 "               with plain and with streaming stores (CHORUS_SLOT_ADAPT=2)\n"
+                "  --window-modes the same for direct calls' copies into the window\n"
+                "               (CHORUS_WINDOW_ADAPT=2)\n"
                 "  --env        one rank per process: CHORUS_RANK, CHORUS_NRANKS, CHORUS_ROOT\n"
                 "  (neither)    one rank per process under mpirun (WITH_MPI build)\n"
                 "  --driver     the fake CUDA driver (WITH_DEVBUF build on the fake)\n",
@@ -748,7 +759,7 @@ int main(int argc, char **argv)
     }
 #endif
     long failures = 0, checks = 0, zc_reads = 0, zc_won = 0, zc_bcast_won = 0, zc_rs_won = 0,
-         zc_pushes = 0, cma_reads = 0, cma_on = 0, zc_ar_pushed = 0, slot_both = 0;
+         zc_pushes = 0, cma_reads = 0, cma_on = 0, zc_ar_pushed = 0, slot_both = 0, win_both = 0;
     long cma_writes[CMA_W_KINDS] = {0};
     long adapt[3] = {0, LONG_MAX, 0}; /* ranks choosing all-gather paths; least, most switches */
     int me = 0;
@@ -782,6 +793,7 @@ int main(int argc, char **argv)
                 cma_writes[k] += ctx[i].cma_writes[k];
             cma_on += ctx[i].cma_on;
             slot_both += ctx[i].slot_both;
+            win_both += ctx[i].win_both;
             adapt[0] += ctx[i].cma_adapt;
             adapt[1] = ctx[i].cma_switches < adapt[1] ? ctx[i].cma_switches : adapt[1];
             adapt[2] = ctx[i].cma_switches > adapt[2] ? ctx[i].cma_switches : adapt[2];
@@ -792,7 +804,8 @@ int main(int argc, char **argv)
         free(comms_g);
     } else if (env) {
         if (env_main(&failures, &checks, &zc_reads, &zc_won, &zc_bcast_won, &zc_rs_won, &zc_pushes,
-                     &cma_reads, &cma_on, adapt, &zc_ar_pushed, cma_writes, &slot_both, &me) != 0)
+                     &cma_reads, &cma_on, adapt, &zc_ar_pushed, cma_writes, &slot_both, &win_both,
+                     &me) != 0)
             return 1;
     } else {
 #ifdef WITH_MPI
@@ -855,6 +868,7 @@ int main(int argc, char **argv)
         MPI_Allreduce(c.cma_writes, cma_writes, CMA_W_KINDS, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_on, &cma_on, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.slot_both, &slot_both, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&c.win_both, &win_both, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_adapt, &adapt[0], 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_switches, &adapt[1], 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
         MPI_Allreduce(&c.cma_switches, &adapt[2], 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
@@ -917,6 +931,14 @@ int main(int argc, char **argv)
                    "with plain and with streaming stores (CHORUS_SLOT_ADAPT=2, calls of 32 KiB "
                    "and more on one host)\n",
                    slot_both, nranks_g);
+        failures++;
+    }
+    if (window_modes && nranks_g > 1 && win_both != nranks_g) {
+        if (me == 0)
+            printf("FAIL --window-modes: %ld of %d ranks copied into their windows both with "
+                   "plain and with streaming stores (CHORUS_WINDOW_ADAPT=2, one-shot or two-shot "
+                   "calls of 32 KiB and more on one host)\n",
+                   win_both, nranks_g);
         failures++;
     }
     if (memalloc_mode && nranks_g > 1 && zc_reads == 0 && zc_vote != 0) {

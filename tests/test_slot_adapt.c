@@ -1,7 +1,8 @@
 /*
  * test_slot_adapt: the run-time choice of plain or streaming stores for the send slots
  * (src/slot_adapt.c), fed made-up call times: which class a size falls in, how each class starts,
- * when trials run, what they decide (medians, the threshold), how far apart they fall, and the
+ * when trials run, what they decide (medians, the threshold, a plan that weighs streaming
+ * down), how far apart they fall, and the
  * tests' every-call mode. A
  * pure function of its inputs: no communicator, no clock.
  */
@@ -53,7 +54,7 @@ static void classes(void)
 static void starts(void)
 {
     static slot_adapt_t sa;
-    slot_adapt_init(&sa, 0);
+    slot_adapt_init(&sa, 0, 100);
     for (int key = 0; key < SLOT_ADAPT_KEYS; key++)
         for (int k = 0; k < SLOT_ADAPT_CLASSES; k++)
             EXPECT(slot_adapt_begin(&sa, key, k) == 0, "key %d class %d starts streaming", key, k);
@@ -64,7 +65,7 @@ static void starts(void)
 static void switches(void)
 {
     static slot_adapt_t sa;
-    slot_adapt_init(&sa, 0);
+    slot_adapt_init(&sa, 0, 100);
     int key = SLOT_ADAPT_KEY(0, 0), other = SLOT_ADAPT_KEY(0, 1), k = 3, sw = 0;
     for (int c = 0; c < 8; c++)
         EXPECT(call(&sa, key, k, 100000, 40000, &sw) == 0 && !sw, "call %d: plain, no switch", c);
@@ -87,7 +88,7 @@ static void switches(void)
 static void keeps(void)
 {
     static slot_adapt_t sa;
-    slot_adapt_init(&sa, 0);
+    slot_adapt_init(&sa, 0, 100);
     int key = SLOT_ADAPT_KEY(3, 0), k = 0, last_trial = -1, ntrials = 0, run = 0, first = -1;
     int gaps[16], ng = 0;
     for (int c = 0; c < 6000; c++) {
@@ -125,11 +126,39 @@ static void threshold(void)
 {
     static slot_adapt_t sa;
     for (int pct = 90; pct <= 91; pct++) {
-        slot_adapt_init(&sa, 0);
+        slot_adapt_init(&sa, 0, 100);
         for (int c = 0; c < 13; c++)
             call(&sa, SLOT_ADAPT_KEY(1, 0), 2, 100000, 1000 * pct, NULL);
         EXPECT((sa.switches == 1) == (pct == 90), "trial at %d%%: %llu switches", pct,
                (unsigned long long)sa.switches);
+    }
+}
+
+/* A plan that counts streaming at 100/70 of its times (the window's, WIN_STREAM_PCT): from plain,
+ * streaming at 63% of plain's time switches and at 64% does not; from streaming, plain at 128%
+ * of streaming's switches back and at 129% does not (90% of 100/70 = 1.2857). */
+static void stream_pct(void)
+{
+    static slot_adapt_t sa;
+    int key = SLOT_ADAPT_KEY(0, 1), k = 4;
+    for (int pct = 63; pct <= 64; pct++) {
+        slot_adapt_init(&sa, 0, 70);
+        for (int c = 0; c < 13; c++)
+            call(&sa, key, k, 100000, 1000 * pct, NULL);
+        EXPECT((sa.switches == 1) == (pct == 63), "streaming at %d%% of plain: %llu switches", pct,
+               (unsigned long long)sa.switches);
+    }
+    for (int pct = 128; pct <= 129; pct++) {
+        slot_adapt_init(&sa, 0, 70);
+        int c = 0;
+        for (; c < 13; c++) /* to streaming first: it times half of plain */
+            call(&sa, key, k, 200000, 100000, NULL);
+        EXPECT(sa.switches == 1 && sa.cls[key][k].stream == 1, "to streaming: %llu switches",
+               (unsigned long long)sa.switches);
+        for (; c < 13 + 8 + 16 + 5; c++) /* its warm calls, then plain's trial */
+            call(&sa, key, k, 1000 * pct, 100000, NULL);
+        EXPECT((sa.cls[key][k].stream == 0) == (pct == 128), "plain at %d%% of streaming: way %d",
+               pct, sa.cls[key][k].stream);
     }
 }
 
@@ -144,7 +173,7 @@ static void medians(void)
     int64_t lose[5] = {30000, 200000, 200000, 200000, 200000};
     int64_t win[5] = {900000, 40000, 900000, 40000, 40000};
     for (int t = 0; t < 2; t++) {
-        slot_adapt_init(&sa, 0);
+        slot_adapt_init(&sa, 0, 100);
         const int64_t *trial = t ? win : lose;
         for (int c = 0; c < 8; c++)
             call(&sa, key, k, plain[c], 0, NULL);
@@ -159,7 +188,7 @@ static void medians(void)
 static void test_mode(void)
 {
     static slot_adapt_t sa;
-    slot_adapt_init(&sa, 1);
+    slot_adapt_init(&sa, 1, 100);
     for (int c = 0; c < 10; c++)
         EXPECT(call(&sa, SLOT_ADAPT_KEY(0, 0), 0, 1, 1, NULL) == (c & 1), "test mode, call %d", c);
     EXPECT(sa.calls[0] == 5 && sa.calls[1] == 5, "test mode: %llu plain, %llu streamed",
@@ -173,6 +202,7 @@ int main(void)
     switches();
     keeps();
     threshold();
+    stream_pct();
     medians();
     test_mode();
     printf("%s: test_slot_adapt\n", failures ? "FAIL" : "PASS");
