@@ -123,16 +123,17 @@ static const param_def_t param_table[] = {
      "cores: then 1M)"},
     {"CHORUS_CMA_MIN", PT_BYTES, "16K", 0, BIG, OFF(cma_min),
      "one-host all-gathers of at least this many bytes a rank, and where the ranks do not "
-     "outnumber the cores broadcasts of at least this many and 64 KiB and two-shot all-reduces "
-     "of at least this many and 16 KiB, move data between the ranks' own buffers, any memory, "
+     "outnumber the cores broadcasts of at least this many and 128 KiB and two-shot all-reduces "
+     "of at least this many and 64 KiB, move data between the ranks' own buffers, any memory, "
      "with process_vm_readv and process_vm_writev (Linux cross-memory attach: one copy where the "
      "window takes two; all-gathers write each input into the others' outputs, broadcasts read "
      "the root's input while it writes about 1/n of it into each output in place, 1/(n+1) out "
      "of place, all-reduces "
      "read each part of the inputs and write its sum into every output); 0: never; unset: each "
      "communicator's setup times it "
-     "against the window's copies and leaves it off where they time more than 15% faster, and "
-     "all-gathers choose again at run time (CHORUS_CMA_ADAPT)"},
+     "against the window's copies and leaves it off for all-gathers where they time more than "
+     "15% faster (all-gathers choose again at run time, CHORUS_CMA_ADAPT), for broadcasts and "
+     "all-reduces where they time twice as fast"},
     {"CHORUS_CMA_ADAPT", PT_INT, "1", 0, 2, OFF(cma_adapt),
      "1: where CHORUS_CMA_MIN is unset, one-host all-gathers of at least 16 KiB a rank choose "
      "between the window and cross-memory attach per size at run time, by rank 0's timing of "

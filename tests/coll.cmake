@@ -150,7 +150,7 @@ foreach(algo oneshot twoshot)
   endforeach()
 endforeach()
 
-# Cross-memory attach (direct.c: all-gathers from CHORUS_CMA_MIN a rank, broadcasts from 64 KiB
+# Cross-memory attach (direct.c: all-gathers from CHORUS_CMA_MIN a rank, broadcasts from 128 KiB
 # where ranks do not outnumber cores, move data between the ranks' own buffers with
 # process_vm_readv and process_vm_writev; ranks of one process copy by address): malloc'd buffers
 # as processes, 2 ranks (all-gather and

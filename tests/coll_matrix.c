@@ -920,8 +920,8 @@ int main(int argc, char **argv)
             continue;
         if (me == 0)
             printf("FAIL --cma-writes %s: no rank's %s wrote into a peer's output by cross-memory "
-                   "attach (CHORUS_CMA_MIN; broadcasts in place from 64 KiB, two-shot all-reduces "
-                   "from 16 KiB, where ranks do not outnumber cores)\n",
+                   "attach (CHORUS_CMA_MIN; broadcasts in place from 128 KiB, two-shot all-reduces "
+                   "from 64 KiB, where ranks do not outnumber cores)\n",
                    cma_w_names[k], cma_w_names[k]);
         failures++;
     }
