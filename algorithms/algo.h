@@ -269,7 +269,16 @@ typedef struct direct_adapt {
     int trial_path; /* the path the trial times: 1 cross-memory attach */
     direct_adapt_class_t cls[DIRECT_ADAPT_CLASSES];
 } direct_adapt_t;
-/* Start with every class reading by cross-memory attach (cma) or none; test: CHORUS_CMA_ADAPT=2. */
+/* The classes below this one (4 MiB a rank) start on cross-memory attach where the setup found it
+ * pays; the larger ones start on the window in any case. On the AMD VM of 2026-12-07, 2 ranks,
+ * CHORUS_CMA_MIN=16K (the attach) against 0 (the window), four alternated rounds of
+ * all_gather_perf -b 4M -e 32M -f 2 -w 3 -n 20, medians: 2 MiB a rank 304 us against 356, 4 MiB
+ * 1208 against 1100, 8 MiB 3562 against 2927, 16 MiB 8010 against 5735 (Open MPI's attach ran
+ * faster than these from 8 MiB). A benchmark's 20-odd calls of such a size do not reach a
+ * class's first trial (ADAPT_WARM_NS), so its start decides there. */
+#define DIRECT_ADAPT_CMA_CLASSES 8
+/* Start with the classes below DIRECT_ADAPT_CMA_CLASSES reading by cross-memory attach (cma) or
+ * none; test: CHORUS_CMA_ADAPT=2. */
 void direct_adapt_init(direct_adapt_t *ad, int cma, int test);
 
 /* What a rank last published in its done flag, and the last piece it has read but not yet

@@ -62,7 +62,7 @@ static double us(int64_t ns)
 void direct_adapt_init(direct_adapt_t *ad, int cma, int test)
 {
     memset(ad, 0, sizeof(*ad));
-    ad->mask = cma ? (1u << DIRECT_ADAPT_CLASSES) - 1 : 0;
+    ad->mask = cma ? (1u << DIRECT_ADAPT_CMA_CLASSES) - 1 : 0;
     ad->planned = ad->mask;
     ad->test = test;
     ad->trial = -1;
