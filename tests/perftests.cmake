@@ -132,6 +132,12 @@ function(chorus_perftests_add_tests run)
   chorus_add_test(NAME perf_table
     COMMAND ${tests_dir}/perftests_table.sh ${PROJECT_SOURCE_DIR}/perftests/table
     TIMEOUT 60 LABELS perf)
+  # perftests/alternate: two variants of a short 2-rank all-reduce, two rounds; a failing variant
+  # and bad usage refused.
+  chorus_add_test(NAME perf_alternate
+    COMMAND ${tests_dir}/perftests_alternate.sh ${PROJECT_SOURCE_DIR}/perftests/alternate
+      ${PROJECT_BINARY_DIR}
+    TIMEOUT 180 LABELS perf mpi)
   # perftests/floor: one short round of the 4-rank small all-reduce beside its floor.
   chorus_add_test(NAME perf_floor
     COMMAND ${tests_dir}/perftests_floor.sh ${PROJECT_SOURCE_DIR}/perftests/floor
