@@ -578,6 +578,20 @@ static int vote_failed(int me, const char *what, int want, long won)
     return 1;
 }
 
+/* --slot-modes, --window-modes (asked): 1 (and rank 0 says why) unless all nranks_g ranks wrote
+ * both ways (both: how many did; what: the copies; calls: the setting and calls that make them). */
+static int modes_failed(int me, int asked, long both, const char *flag, const char *what,
+                        const char *calls)
+{
+    if (!asked || nranks_g < 2 || both == nranks_g)
+        return 0;
+    if (me == 0)
+        printf("FAIL --%s: %ld of %d ranks %s both with plain and with streaming stores (%s of "
+               "32 KiB and more on one host)\n",
+               flag, both, nranks_g, what, calls);
+    return 1;
+}
+
 static void *thread_main(void *arg)
 {
     ctx_t *c = arg;
@@ -925,22 +939,11 @@ int main(int argc, char **argv)
                    cma_w_names[k], cma_w_names[k]);
         failures++;
     }
-    if (slot_modes && nranks_g > 1 && slot_both != nranks_g) {
-        if (me == 0)
-            printf("FAIL --slot-modes: %ld of %d ranks wrote their ring or tree send slots both "
-                   "with plain and with streaming stores (CHORUS_SLOT_ADAPT=2, calls of 32 KiB "
-                   "and more on one host)\n",
-                   slot_both, nranks_g);
-        failures++;
-    }
-    if (window_modes && nranks_g > 1 && win_both != nranks_g) {
-        if (me == 0)
-            printf("FAIL --window-modes: %ld of %d ranks copied into their windows both with "
-                   "plain and with streaming stores (CHORUS_WINDOW_ADAPT=2, one-shot or two-shot "
-                   "calls of 32 KiB and more on one host)\n",
-                   win_both, nranks_g);
-        failures++;
-    }
+    failures += modes_failed(me, slot_modes, slot_both, "slot-modes",
+                             "wrote their ring or tree send slots", "CHORUS_SLOT_ADAPT=2, calls");
+    failures +=
+        modes_failed(me, window_modes, win_both, "window-modes", "copied into their windows",
+                     "CHORUS_WINDOW_ADAPT=2, one-shot or two-shot calls");
     if (memalloc_mode && nranks_g > 1 && zc_reads == 0 && zc_vote != 0) {
         if (me == 0)
             printf("FAIL --memalloc: no rank read a peer's chorusMemAlloc buffer in place (is "
