@@ -181,7 +181,8 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
                                         "CHORUS_ZCOPY_ALLREDUCE_PUSH_MIN",
                                         "CHORUS_ALLTOALL_DIRECT_MAX",
                                         "CHORUS_CMA_MIN",
-                                        "CHORUS_CMA_ADAPT"};
+                                        "CHORUS_CMA_ADAPT",
+                                        "CHORUS_CMA_TIMED_PCT"};
     enum { N = sizeof(names) / sizeof(names[0]) };
     int64_t *all = calloc((size_t)comm->nranks * N, sizeof(int64_t));
     if (all == NULL)
@@ -197,6 +198,7 @@ static chorusResult_t settings_alike_direct(chorusComm_t comm)
     mine[7] = comm->alltoall_direct_max;
     mine[8] = comm->params.cma_min;
     mine[9] = comm->cma_adapt;
+    mine[10] = comm->params.cma_timed_pct;
     chorusResult_t res = boot_allgather(comm->boot, all, N * sizeof(int64_t));
     for (int r = 1; res == chorusSuccess && r < comm->nranks; r++)
         for (int k = 0; k < N; k++)

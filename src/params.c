@@ -140,6 +140,10 @@ static const param_def_t param_table[] = {
      "a few calls the other way now and then; 0: the setup's timing decides for the "
      "communicator's life (the default where the ranks outnumber the cores); 2 (tests): every "
      "size switches at every chance"},
+    {"CHORUS_CMA_TIMED_PCT", PT_INT, "0", 0, 1000, OFF(cma_timed_pct),
+     "tests: where the setup times cross-memory attach against the window (CHORUS_CMA_MIN "
+     "unset), take the window's piece as costing this percent of the attach's, whatever the "
+     "clocks said; 0: as timed"},
     {"CHORUS_CUDA_P2P", PT_INT, "-1", -1, 1, OFF(cuda_p2p),
      "device buffers inside a machine GPU to GPU (1), staged via host (0); -1: 1 unless GPUs "
      "shared"},

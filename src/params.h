@@ -41,6 +41,7 @@ typedef struct params {
                                   * a rank go through the direct windows; 0: never */
     int64_t cma_min; /* CHORUS_CMA_MIN: all-gathers read peers' inputs with process_vm_readv from
                       * this many bytes a rank; 0: never */
+    int64_t cma_timed_pct; /* CHORUS_CMA_TIMED_PCT (tests): the setup's timing made up */
     int64_t cma_adapt; /* CHORUS_CMA_ADAPT: where CHORUS_CMA_MIN is unset, all-gathers choose
                         * between the window and cross-memory attach at run time; 2: tests */
     int64_t nt_min_bytes; /* CHORUS_NT_MIN_BYTES: out-of-place outputs this big stream; 0: never */

@@ -438,6 +438,8 @@ static chorusResult_t cma_pays(chorusComm_t comm, const window_card_t *cards, ch
     free(t);
     /* Every reader is done (it answered): the piece goes back to zero, as calls first find it. */
     memset(mine, 0, CMA_PAYS_CHUNK);
+    if (comm->params.cma_timed_pct > 0 && cma_least != INT64_MAX) /* tests: made up */
+        win_least = cma_least * comm->params.cma_timed_pct / 100;
     if (*pays_p && cma_least != INT64_MAX) { /* some rank timed both ways */
         *pays_p = win_least * 100 >= cma_least * CMA_PAYS_WIN_PCT;
         *bearable_p = win_least * 100 >= cma_least * CMA_BEARABLE_WIN_PCT;

@@ -196,6 +196,27 @@ if(MPI_C_FOUND)
             -x CHORUS_CMA_MIN=0
             $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma off)
 endif()
+# The setup's timing made up (CHORUS_CMA_TIMED_PCT; CHORUS_CMA_ADAPT=0, so the setup decides for
+# all-gathers): the window's piece at 75% of the attach's leaves all-gathers on the window and
+# broadcasts and two-shot all-reduces on the attach (src/window.c CMA_BEARABLE_WIN_PCT); at 40%,
+# no call takes it. 2 processes (ranks that do not outnumber the cores).
+if(MPI_C_FOUND)
+  foreach(algo oneshot twoshot)
+    set(wrote broadcast)
+    if(algo STREQUAL "twoshot")
+      set(wrote allreduce)
+    endif()
+    chorus_add_test(NAME coll_cma_bearable_${algo}_mpi_2 TIMEOUT 300
+      COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2
+              -x CHORUS_CMA_TIMED_PCT=75 -x CHORUS_CMA_ADAPT=0 -x CHORUS_ALGO=${algo}
+              $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma-writes ${wrote}
+              --cma-no-writes allgather)
+  endforeach()
+  chorus_add_test(NAME coll_cma_unbearable_mpi_2 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2
+            -x CHORUS_CMA_TIMED_PCT=40 -x CHORUS_CMA_ADAPT=0 -x CHORUS_ALGO=oneshot
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma off)
+endif()
 # Two-shot all-reduces by cross-memory attach (direct.c allreduce_cma: each rank reads its part
 # of every input, reduces, and writes it into every output), CHORUS_CMA_MIN set so it is on
 # untimed: 2 processes; 3 processes and 3 threads with a 32-core topology file, so the ranks do not

@@ -259,8 +259,9 @@ static void dev_out(ctx_t *c)
 static int cma_mode = -1;
 /* --cma-writes K,...: fail unless, for each collective listed (allgather, broadcast: in-place
  * roots, allreduce: two-shot), some rank wrote into a peer's output by cross-memory attach
- * (direct.c); bit CMA_W_* set: asked. --cma off fails if any did. */
-static unsigned cma_writes_wanted;
+ * (direct.c); bit CMA_W_* set: asked. --cma off fails if any did. --cma-no-writes K,...: fail if
+ * some rank's K did. */
+static unsigned cma_writes_wanted, cma_writes_unwanted;
 static const char *const cma_w_names[CMA_W_KINDS] = {"allgather", "broadcast", "allreduce"};
 /* --slot-modes: fail unless every rank ran ring or tree calls with plain and with streaming
  * send-slot stores (CHORUS_SLOT_ADAPT=2 switches at every call). */
@@ -712,6 +713,9 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--cma-writes") == 0 && i + 1 < argc &&
                    cma_writes_arg(argv[i + 1], &cma_writes_wanted)) {
             i++;
+        } else if (strcmp(argv[i], "--cma-no-writes") == 0 && i + 1 < argc &&
+                   cma_writes_arg(argv[i + 1], &cma_writes_unwanted)) {
+            i++;
         } else if (strcmp(argv[i], "--slot-modes") == 0) {
             slot_modes = 1;
         } else if (strcmp(argv[i], "--window-modes") == 0) {
@@ -726,8 +730,8 @@ int main(int argc, char **argv)
                 "          [--memalloc all|even] [--zc-allreduce won|lost] [--zc-broadcast won]\n"
                 "          [--zc-reducescatter won|lost] [--zc-allgather won|lost]\n"
                 "          [--zc-allreduce-push won|lost]\n"
-                "          [--cma on|off|auto|adapt] [--cma-writes K,...] [--slot-modes]\n"
-                "          [--driver PATH]\n"
+                "          [--cma on|off|auto|adapt] [--cma-writes K,...] [--cma-no-writes K,...]\n"
+                "          [--slot-modes] [--window-modes] [--driver PATH]\n"
                 "  --threads N  N ranks as threads of this process\n"
                 "  --memalloc   chorusMemAlloc buffers on every rank / on even ranks; fails\n"
                 "               unless a rank read a peer's buffer in place (zero-copy)\n"
@@ -749,6 +753,7 @@ int main(int argc, char **argv)
                 "  --cma-writes fails unless, for each of K (allgather, broadcast,\n"
                 "               allreduce), some rank wrote into a peer's output by\n"
                 "               cross-memory attach\n"
+                "  --cma-no-writes fails if, for one of K, some rank did\n"
                 "  --slot-modes fails unless every rank wrote ring or tree send slots both\n"
                 "               with plain and with streaming stores (CHORUS_SLOT_ADAPT=2)\n"
                 "  --window-modes the same for direct calls' copies into the window\n"
@@ -930,6 +935,13 @@ int main(int argc, char **argv)
         }
     }
     for (int k = 0; k < CMA_W_KINDS; k++) {
+        if ((cma_writes_unwanted >> k & 1) && cma_writes[k] != 0) {
+            if (me == 0)
+                printf("FAIL --cma-no-writes %s: %ld peers' outputs written by cross-memory attach "
+                       "in %ss\n",
+                       cma_w_names[k], cma_writes[k], cma_w_names[k]);
+            failures++;
+        }
         if (!(cma_writes_wanted >> k & 1) || nranks_g < 2 || cma_writes[k] != 0)
             continue;
         if (me == 0)
