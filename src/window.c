@@ -65,8 +65,9 @@
  * 21.7; 4 ranks on 2 cores, 16 KiB 5.8 against 2.1, 64 KiB 11.4 against 9.7. Later on the AMD VM
  * (2 ranks, malloc'd, with the window's slots streamed; CHORUS_CMA_MIN unset, 512K and 0, five
  * alternated rounds, medians): 64 KiB 6.2 us by the attach against 4.8 through the window, 128
- * and 256 KiB even (9.1-9.6, 17.3-18.4); from 1 MiB the window's times spread to 2-3x the
- * attach's in some runs (1 MiB 57-143 us against 57-73, 4 MiB 247-673 against 244-324). */
+ * and 256 KiB even (9.1-9.6, 17.3-18.4); from 1 MiB, where the tuner gives the rest to the
+ * ring, a library that left the attach off where the setup did (addf773) spread to 2-3x the
+ * attach's times (1 MiB 57-143 us against 57-73, 4 MiB 247-673 against 244-324). */
 #define CMA_BCAST_MIN_NBYTES (128 * 1024)
 /* Two-shot all-reduces by cross-memory attach from this size (or CHORUS_CMA_MIN, the larger),
  * where the ranks do not outnumber the cores (4 ranks on 2 cores, forced two-shot: 16 KiB 16.6
