@@ -122,7 +122,9 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
                                chorusConfig_t *config);
 /* Wait until every queued operation of comm has finished. */
 chorusResult_t chorusCommFinalize(chorusComm_t comm);
-/* Free the communicator (after its operations finished). */
+/* Free the communicator (after its operations finished). chorusInvalidUsage, nothing freed, where
+ * the calling thread's open group (chorusGroupStart without its chorusGroupEnd yet) holds calls
+ * on it: end the group first. */
 chorusResult_t chorusCommDestroy(chorusComm_t comm);
 /* Stop every operation of comm in bounded time and free it; safe from any thread. */
 chorusResult_t chorusCommAbort(chorusComm_t comm);

@@ -393,6 +393,16 @@ chorusResult_t chorusCommDestroy(chorusComm_t comm)
     if (comm == NULL)
         return chorusSuccess; /* as NCCL: nothing to destroy */
     CHECK(comm_check(comm, "chorusCommDestroy"));
+    /* Freed now, the calls would fail at chorusGroupEnd while the group's calls on the other
+     * ranks' communicators wait for this rank's part until their deadline (10 minutes by
+     * default): one thread driving every rank of a clique hung so. */
+    int held = group_held(comm);
+    if (held > 0)
+        return ERR(chorusInvalidUsage, SUB_INIT,
+                   "chorusCommDestroy (rank %d): this thread's open group (chorusGroupStart "
+                   "without chorusGroupEnd yet) holds %d call(s) on this communicator; call "
+                   "chorusGroupEnd first (it runs them), then destroy it",
+                   comm->rank, held);
     chorusResult_t res = comm_wait_idle(comm, comm->timeout_ms);
     if (res != chorusSuccess) {
         /* Still busy after the deadline: stop what runs rather than free it under its feet. */

@@ -376,6 +376,8 @@ static inline int group_active(void)
     return group_depth > 0;
 }
 chorusResult_t group_add(const comm_op_t *op);
+/* The calls this thread's open group holds for comm (0 outside a group). */
+int group_held(chorusComm_t comm);
 
 /* stream.c */
 int stream_is_host(chorusStream_t stream);

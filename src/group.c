@@ -66,6 +66,15 @@ chorusResult_t group_add(const comm_op_t *op)
     return chorusSuccess;
 }
 
+int group_held(chorusComm_t comm)
+{
+    const group_mem_t *g = group_mem;
+    int n = 0;
+    for (int i = 0; group_depth > 0 && g != NULL && i < g->nops; i++)
+        n += g->ops[i].comm == comm;
+    return n;
+}
+
 chorusResult_t chorusGroupStart(void)
 {
     debug_clear_error();
