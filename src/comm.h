@@ -213,12 +213,12 @@ struct chorusComm {
     int64_t slot_adapt;
     slot_adapt_t slot_plan;
     /* CHORUS_WINDOW_ADAPT as taken (0 on more than one host): the direct algorithms' copies into
-     * a rank's own window are chosen in win_plan, as slot_plan chooses the slots' (enqueue.c
-     * run_coll; algorithms/direct_win.c direct_copy_in) */
+     * a rank's own window, where ranks share cores, are chosen in win_plan as slot_plan chooses
+     * the slots' (enqueue.c run_direct; algorithms/direct_win.h direct_window_copy) */
     int64_t win_adapt;
     slot_adapt_t win_plan;
-#define WIN_STREAM_PCT 70 /* win_plan's stream_pct (slot_adapt.h; init.c says why) */
 };
+#define WIN_STREAM_PCT 70 /* win_plan's stream_pct (slot_adapt.h; init.c says why) */
 _Static_assert(offsetof(struct chorusComm, last_error) <= 4096,
                "the fields every call reads fit the communicator's first page");
 
