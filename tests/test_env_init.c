@@ -95,14 +95,9 @@ static int bad(const char *word)
  * containing word. */
 static int expect(int want, double limit_s, const char *word)
 {
-    chorusComm_t comm = NULL;
-    double t0 = harness_now_s();
-    chorusResult_t res = chorusCommInitEnv(&comm);
-    double took = harness_now_s() - t0;
+    double took;
     char text[1024];
-    snprintf(text, sizeof(text), "%s", chorusGetLastError(NULL));
-    if (res == chorusSuccess)
-        chorusCommDestroy(comm);
+    chorusResult_t res = harness_init_env_timed(&took, text, sizeof(text));
     harness_expect_refused("chorusCommInitEnv", res, (chorusResult_t)want, text, word, NULL);
     CHECK(took <= limit_s, "chorusCommInitEnv failed after %.1f s, want %.1f s at most", took,
           limit_s);

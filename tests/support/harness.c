@@ -92,6 +92,18 @@ double harness_now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+chorusResult_t harness_init_env_timed(double *took_s, char *text, size_t len)
+{
+    chorusComm_t comm = NULL;
+    double t0 = harness_now_s();
+    chorusResult_t res = chorusCommInitEnv(&comm);
+    *took_s = harness_now_s() - t0;
+    snprintf(text, len, "%s", chorusGetLastError(NULL));
+    if (res == chorusSuccess)
+        chorusCommDestroy(comm);
+    return res;
+}
+
 size_t harness_dtype_nbytes(chorusDataType_t t)
 {
     switch (t) {

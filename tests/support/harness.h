@@ -52,6 +52,9 @@ int harness_finish(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Seconds on CLOCK_MONOTONIC. */
 double harness_now_s(void);
+/* chorusCommInitEnv, timed: its result, *took_s its seconds, and its last error copied into text
+ * (len bytes); a communicator it made is destroyed at once (tests that expect a refusal). */
+chorusResult_t harness_init_env_timed(double *took_s, char *text, size_t len);
 /* Entries of a directory (without . and ..), less minus_self (a /proc/self/fd listing counts the
  * DIR's own descriptor); -1 when it cannot be read. */
 int harness_count_dir(const char *path, int minus_self);
