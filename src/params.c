@@ -82,6 +82,10 @@ static const param_def_t param_table[] = {
      "collective, size, and in place or not, by timing its own copies a few calls the other way "
      "now and then; 0: plain stores below CHORUS_NT_MIN_BYTES; 2 (tests): every call the other "
      "way"},
+    {"CHORUS_ADAPT_TIMED_PCT", PT_INT, "0", 0, 100000, OFF(adapt_timed_pct),
+     "tests: the run-time choices of CHORUS_SLOT_ADAPT and CHORUS_WINDOW_ADAPT take each call "
+     "written with streaming stores as having taken this percent of its time, whatever the "
+     "clock said; 0: as timed"},
     {"CHORUS_ZCOPY", PT_INT, "1", 0, 1, OFF(zcopy),
      "1: one-host direct algorithms read chorusMemAlloc inputs in place from CHORUS_ZCOPY_MIN "
      "(all-reduce: only after its vote, CHORUS_ZCOPY_ALLREDUCE_MIN); 0: copy"},

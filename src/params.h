@@ -47,6 +47,7 @@ typedef struct params {
     int64_t nt_min_bytes; /* CHORUS_NT_MIN_BYTES: out-of-place outputs this big stream; 0: never */
     int64_t slot_adapt; /* CHORUS_SLOT_ADAPT: ring slots plain or streamed, chosen at run time */
     int64_t window_adapt; /* CHORUS_WINDOW_ADAPT: direct windows' copies, the same */
+    int64_t adapt_timed_pct; /* CHORUS_ADAPT_TIMED_PCT (tests): streamed calls' times scaled */
     int64_t cuda_p2p; /* CHORUS_CUDA_P2P: device buffers move GPU to GPU inside a machine */
     int64_t cuda_async; /* CHORUS_CUDA_ASYNC: device-buffer calls return before they run */
     char socket_ifname[PARAM_STR_MAX]; /* CHORUS_SOCKET_IFNAME */

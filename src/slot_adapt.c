@@ -156,7 +156,11 @@ void adapt_end(chorusComm_t comm, const coll_args_t *a, const adapt_call_t *c, i
 {
     if (c->k < 0)
         return;
-    if (slot_adapt_end(c->plan, c->key, c->k, c->stream, ns < 0 ? fifo_now_ns() - c->t0 : ns))
+    if (ns < 0)
+        ns = fifo_now_ns() - c->t0;
+    if (c->stream && comm->params.adapt_timed_pct > 0) /* tests: made up */
+        ns = ns * comm->params.adapt_timed_pct / 100;
+    if (slot_adapt_end(c->plan, c->key, c->k, c->stream, ns))
         INFO(SUB_TUNING,
              "%s of %zu KiB%s, %s: %s written with %s stores now (%.1f us the median of a few "
              "calls, against %.1f)",
