@@ -92,19 +92,23 @@ static inline uint64_t *ll_slot(const direct_view_t *v, int r, uint64_t s, size_
     return nbytes <= DIRECT_LL_SMALL_NBYTES ? h->ll_small[s % DIRECT_LL_SLOTS]
                                             : h->ll[s % DIRECT_LL_SLOTS];
 }
-/* All-reduce, all-gather and reduce-scatter pieces up to 5 lines go as tagged lines (all-gather:
+/* All-reduce, all-gather and reduce-scatter pieces up to 2 lines go as tagged lines (all-gather:
  * this rank's piece; reduce-scatter: the others' parts, its own read from its input).
  * 2 ranks, all-reduce, interleaved runs: 8 B 0.41-0.44 us against 0.54-0.56 in a ready flag's
  * payload (the line the reader polls, which the writer also reads for sleepers); 64 B 0.48-0.51
- * against 0.57-0.60 as LL words; 128 B 0.47-0.55 and 256 B 0.53-0.57 against 0.61-0.64 and
- * 0.59-0.67 as a flag then the window buffer. From 512 B the buffer is faster (0.64 against
- * 0.73-0.82), since the reader copies the lines out before it reduces and polls lines the writer
- * has not written yet.
+ * against 0.57-0.60 as LL words.
+ * Up to 5 lines, as they were, 128 B and 256 B ran 0.47-0.55 and 0.53-0.57 us against 0.61-0.64
+ * and 0.59-0.67 through the window buffer on an earlier VM; on the AMD VM of 2026-12-07 (2 ranks,
+ * all_reduce_perf -b 64 -e 1024 -f 2 -w 2000 -n 20000, six rounds taking turns with 5 lines)
+ * the buffer won: 128 B 0.16-0.24 us against 0.18-0.27, 256 B 0.17-0.26 against 0.24-0.36 (Open
+ * MPI about 0.35 there: the row stood at 0.84-1.0 of it); all-gathers of 256 B a rank 0.18-0.22
+ * against 0.20-0.25 and reduce-scatters 0.21-0.24 against 0.24-0.30, those of 128 B a rank even
+ * (0.17-0.20 against 0.17-0.19, 0.22-0.23 against 0.21-0.22); 4 ranks even (128-256 B about 3.1
+ * and 3.3 us both ways, six rounds).
  * 2 ranks, perftests with -n 20000, three rounds alternated: all-gather 8-128 B 0.38-0.40 us
- * against 0.44-0.53 inline or as LL words, 512 B (256 a rank) 0.56-0.57 against 0.69-0.75
- * through the buffer; reduce-scatter 16-512 B 0.37-0.50 against 0.46-0.64 with every part in the
- * lines (to 256 B) or through the buffer (512 B). */
-#define LINES_MAX_NBYTES (5 * DIRECT_LINE_DATA)
+ * against 0.44-0.53 inline or as LL words; reduce-scatter 16-512 B 0.37-0.50 against 0.46-0.64
+ * with every part in the lines or through the buffer (earlier VM). */
+#define LINES_MAX_NBYTES (2 * DIRECT_LINE_DATA)
 _Static_assert(LINES_MAX_NBYTES <= DIRECT_LINES_NBYTES, "a lines piece fits the lines region");
 
 /* A rank that publishes its done flags lazily does so every DONE_BATCH pieces at least (and

@@ -88,13 +88,15 @@ endif()
 # serves broadcast, reduce, all-gather and reduce-scatter, twoshot only all-reduce (the others
 # then run the ring). 61 elements of 1 and 2 bytes go as LL words (up to 128 bytes; 61 bytes of
 # int8 end in a part word), as does the last piece of 4200 int8 elements (after full buffers).
+# 28 four-byte elements fill the two tagged lines that all-reduce, all-gather and reduce-scatter
+# pieces go in (LINES_MAX_NBYTES: 112 bytes; eight-byte ones, 224 bytes, take the buffer).
 # The large count runs with the default buffers. All-to-all takes the windows too
 # (CHORUS_ALLTOALL_DIRECT_MAX; it has no CHORUS_ALGO name, and by default only where ranks
 # outnumber cores).
 foreach(algo oneshot twoshot)
   foreach(n 2 3 5 8)
     chorus_add_test(NAME coll_${algo}_threads_${n} TIMEOUT 300
-      COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 0,1,7,61,1031,4200
+      COMMAND $<TARGET_FILE:coll_matrix_threads> --threads ${n} --counts 0,1,7,28,61,1031,4200
       ENV CHORUS_ALGO=${algo} CHORUS_DIRECT_BUFFSIZE=4096 CHORUS_ALLTOALL_DIRECT_MAX=1G)
   endforeach()
   chorus_add_test(NAME coll_${algo}_large_threads_4 TIMEOUT 600
@@ -106,7 +108,7 @@ foreach(algo oneshot twoshot)
         COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${n}
                 -x CHORUS_ALGO=${algo} -x CHORUS_DIRECT_BUFFSIZE=4096
                 -x CHORUS_ALLTOALL_DIRECT_MAX=1G
-                $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,61,1031,4200)
+                $<TARGET_FILE:coll_matrix_mpi> --counts 0,1,7,28,61,1031,4200)
     endforeach()
   endif()
 endforeach()
