@@ -253,6 +253,10 @@ static void perf_print_banner(perf_ctx_t *ctx)
                    o->rewrite, perf_rewrite_how(o->rewrite),
                    ctx->o.compare_mpi ? "both libraries'" : "the");
     }
+    if (o->offset) {
+        PERF_PRINT("# --offset %d: each host buffer starts %d bytes past a page boundary\n",
+                   o->offset, o->offset);
+    }
     if (o->cputime) {
         PERF_PRINT("# -C 1: the time columns are cputime (until the last call returned, before "
                    "waiting for the stream), as nccl-tests'; algbw, busbw%s are from wall time, "
@@ -738,35 +742,39 @@ static void perf_time_test(chorusDataType_t dtype, chorusRedOp_t op, int root)
 }
 
 /* One of the run's buffers (what: "send", "receive", "expected"), touched, so that a machine
- * short of memory fails here, naming the buffer and its size, rather than in a timed loop. */
+ * short of memory fails here, naming the buffer and its size, rather than in a timed loop; it
+ * starts --offset bytes past a page boundary. */
 static void *perf_alloc(size_t nbytes, int chorus_mem, const char *what)
 {
     perf_ctx_t *ctx = &perf_ctx;
     void *p = NULL;
     char call[128];
     int err;
+    size_t off = (size_t)ctx->o.offset;
     if (chorus_mem) {
-        chorusResult_t res = chorusMemAlloc(&p, nbytes);
+        chorusResult_t res = chorusMemAlloc(&p, nbytes + off);
         if (res != chorusSuccess) {
             snprintf(call, sizeof(call), "chorusMemAlloc of the %s buffer (%zu bytes; -e %zu)",
                      what, nbytes, ctx->o.maxbytes);
             perf_fail(call, res, __FILE__, __LINE__);
         }
-    } else if ((err = posix_memalign(&p, 4096, nbytes)) != 0) {
+    } else if ((err = posix_memalign(&p, 4096, nbytes + off)) != 0) {
         fprintf(stderr,
                 "%s:%d: rank %d: cannot allocate the %s buffer: posix_memalign of %zu bytes "
                 "failed: %s (-e %zu; a lower -e needs less)\n",
                 ctx->host, (int)getpid(), ctx->rank, what, nbytes, strerror(err), ctx->o.maxbytes);
         perf_abort();
     }
-    return memset(p, 0, nbytes);
+    return memset((char *)p + off, 0, nbytes);
 }
 
+/* A buffer of perf_alloc's. */
 static void perf_free(void *p, int chorus_mem)
 {
     if (p == NULL) {
         return;
     }
+    p = (char *)p - perf_ctx.o.offset;
     if (chorus_mem) {
         PERF_CHECK(chorusMemFree(p));
     }

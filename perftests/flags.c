@@ -127,13 +127,15 @@ static void perf_usage(const char *prog, int rank)
         "\t[-J,--output_file FILE: write the results as JSON too] [-t/-g/-p/-G/-F: ignored]\n"
         "\t[--rewrite 1|2: write each timed iteration's input again first, as a training step "
         "does (Chorus and MPI alike): 1 with plain vector stores, 2 with memcpy]\n"
+        "\t[--offset bytes (0-4095): each host buffer that many bytes past a page boundary "
+        "(default 0; glibc's malloc puts buffers of 128 KiB and more 16 bytes past one)]\n"
         "Long names as nccl-tests'. Launch by mpirun, by CHORUS_RANK/CHORUS_NRANKS/"
         "CHORUS_ROOT (or torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT), or alone.\n",
         prog);
 }
 
-/* nccl-tests' long names, and --compare, --device, --json (an alias of --output_file) and
- * --rewrite (long only: no letter of nccl-tests' taken) */
+/* nccl-tests' long names, and --compare, --device, --json (an alias of --output_file),
+ * --rewrite and --offset (long only: no letter of nccl-tests' taken) */
 /* clang-format off */
 static const struct option perf_longopts[] = {
     {"nthreads", 1, 0, 't'}, {"ngpus", 1, 0, 'g'}, {"minbytes", 1, 0, 'b'},
@@ -144,7 +146,8 @@ static const struct option perf_longopts[] = {
     {"stream_null", 1, 0, 'y'}, {"timeout", 1, 0, 'T'}, {"cudagraph", 1, 0, 'G'},
     {"report_cputime", 1, 0, 'C'}, {"average", 1, 0, 'a'}, {"output_file", 1, 0, 'J'},
     {"json", 1, 0, 'J'}, {"local_register", 1, 0, 'R'}, {"compare", 1, 0, 'M'},
-    {"device", 1, 0, 'D'}, {"rewrite", 1, 0, 'W'}, {"help", 0, 0, 'h'},
+    {"device", 1, 0, 'D'}, {"rewrite", 1, 0, 'W'}, {"offset", 1, 0, 'O'},
+    {"help", 0, 0, 'h'},
     {NULL, 0, NULL, 0},
 };
 /* clang-format on */
@@ -199,7 +202,7 @@ int perf_parse(int argc, char **argv, int rank, perf_opts_t *o)
         {'t', &ignored, 1, 1},          {'g', &ignored, 1, 1},
         {'p', &ignored, 0, 1L << 30},   {'T', &o->timeout_s, 0, 1L << 30},
         {'G', &ignored, 0, 1L << 30},   {'W', &o->rewrite, 0, 2},
-        {'f', &stepfactor, 0, 1L << 30}};
+        {'O', &o->offset, 0, 4095},     {'f', &stepfactor, 0, 1L << 30}};
 
     /* nccl-tests' defaults, except the NULL stream (blocking host calls) */
     *o = (perf_opts_t){.minbytes = 32u << 20,

@@ -17,6 +17,7 @@ typedef struct perf_opts {
     int compare_gloo; /* --compare gloo: the peer is Gloo (peer_gloo.h), not MPI */
     int device_bufs; /* --device cuda: cudaMalloc'd buffers (the call stages them) */
     int rewrite; /* --rewrite 1|2: each timed iteration first writes the input again (common.c) */
+    int offset; /* --offset: host buffers this many bytes past a page boundary (common.c) */
     const char *json_path; /* -J FILE: the JSON report (report.c); NULL: none */
     int ntypes, nops;
     int types[chorusNumTypes]; /* chorusDataType_t values */

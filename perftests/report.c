@@ -207,10 +207,10 @@ static void json_flags(FILE *f, const perf_report_t *r)
             "\"stepfactor\": %zu, \"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, "
             "\"check\": %d, \"blocking\": %d, \"stream_null\": %d, \"average\": %d, "
             "\"report_cputime\": %d, \"root\": %d, \"local_register\": %d, \"rewrite\": %d, "
-            "\"compare\": %s, \"datatypes\": ",
+            "\"offset\": %d, \"compare\": %s, \"datatypes\": ",
             o->minbytes, o->maxbytes, o->stepbytes, o->stepfactor, o->iters, o->warmup,
             o->agg_iters, o->check, o->blocking, o->stream_null, o->average, o->cputime, o->root,
-            o->register_bufs, o->rewrite,
+            o->register_bufs, o->rewrite, o->offset,
             !o->compare_mpi   ? "null"
             : o->compare_gloo ? "\"gloo\""
                               : "\"mpi\"");

@@ -20,8 +20,8 @@ echo "$out"
 [ "$(grep -c '^# round ' <<<"$out")" = 2 ] || fail "not two rounds printed"
 grep -q '^# \[0\] -x CHORUS_WINDOW_ADAPT=0$' <<<"$out" || fail "variant 0 not named"
 grep -q '^# \[1\] -x CHORUS_WINDOW_ADAPT=1$' <<<"$out" || fail "variant 1 not named"
-num='[0-9]+\.[0-9]'
-cell="\[%d\] $num \($num-$num\) \| $num+ \[$num+\]"
+num='[0-9]+\.[0-9]+' # one decimal, two below 10 us
+cell="\[%d\] $num \($num-$num\) \| $num \[$num\]"
 for size in 65536 262144; do
     # shellcheck disable=SC2059
     re="^ +$size  $(printf "$cell" 0)   $(printf "$cell" 1)$"

@@ -8,7 +8,8 @@
 #   says it needs one; an unknown letter in a group (-qn) is named, not the argument before it;
 #   --iters=abc names --iters; sizes that are inf, nan, negative, a fraction of a byte or beyond a
 #   size_t (-e 1e30 no longer reads as 0, "33554432 > 0"); a -f that is not an integer (2K, 1.5,
-#   -2); -f 1 with -i steps by bytes, as in nccl-tests;
+#   -2); -f 1 with -i steps by bytes, as in nccl-tests; --offset past 4095 is refused, and
+#   --offset 16 runs with right values, saying so in the banner and the -J file;
 # - memory: under ulimit -d, a -e far beyond it runs with maxBytes lowered ("Reducing maxBytes to N
 #   due to memory limitation", nccl-tests' line) so that the buffers fit, counting 2 buffers with
 #   -c 0 (no "expected" buffer) and 3 with -c 1; a -b that cannot fit exits 2 saying so; under
@@ -80,6 +81,17 @@ out=$(timeout 60 "$exe" -b 1.5K -e 1552 -f 1 -i 8 -n 1 -w 0 2>&1) ||
 [ "$(awk '!/^#/ && NF > 12 {print $1}' <<<"$out" | tr '\n' ' ')" = "1536 1544 1552 " ] ||
     fail "-b 1.5K -e 1552 -f 1 -i 8 did not give the rows 1536 1544 1552: $out"
 echo "-f 1 -i 8: rows 1536 1544 1552"
+refused "invalid value '4096' for option --offset: an integer from 0 to 4095" --offset 4096
+# --offset 16: the buffers start 16 bytes past a page (the banner and the -J file say so); the
+# rows check out (-c 1) and run under the sanitizers' builds like any other.
+out=$(timeout 60 "$exe" --offset 16 -b 8 -e 1M -f 32 -n 2 -w 1 -c 1 -J "$dir/offset.json" 2>&1) ||
+    fail "--offset 16 exited $?: $out"
+grep -qxF "# --offset 16: each host buffer starts 16 bytes past a page boundary" <<<"$out" ||
+    fail "--offset 16: no banner line: $out"
+grep -q '^# Out of bounds values : 0 OK' <<<"$out" || fail "--offset 16: wrong values: $out"
+python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["flags"]["offset"] != 16)' \
+    "$dir/offset.json" || fail "--offset 16: the -J file's flags.offset is not 16"
+echo "--offset 16: banner, values right, flags.offset 16"
 
 # Memory. 384 MiB of data for the process: far below -e 100G.
 limit=$((384 << 20))

@@ -61,7 +61,7 @@ def main():
     if not run["program"].endswith("_perf"):
         err(f"program '{run['program']}'")
     for key in ("minbytes", "maxbytes", "iters", "warmup_iters", "check", "blocking",
-                "local_register", "rewrite", "compare", "datatypes", "ops"):
+                "local_register", "rewrite", "offset", "compare", "datatypes", "ops"):
         if key not in run["flags"]:
             err(f"no flags.{key}")
     if run["flags"].get("compare") != args.compare:
