@@ -228,6 +228,12 @@ static int cpu_features(void)
 }
 #endif
 
+/* For host_memops.c's copies. */
+int host_cpu_avx2(void)
+{
+    return (cpu_features() & CPU_AVX2) != 0;
+}
+
 /* Set only by tests (host_reduce_force_portable) to run the portable loops on capable hosts. */
 static int force_portable;
 

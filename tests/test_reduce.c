@@ -220,6 +220,60 @@ static void test_copy_out_dup(void)
                            "alignments of the streamed destination, guards)");
 }
 
+/* copy where the destination lies 1-127 bytes past the source counted in a page and not a
+ * multiple of 32 (host_memops.c's skewed copies, with AVX2 a loop of its own): lengths around the
+ * 2 KiB and 4 MiB bounds and the loop's 128-byte blocks, destinations at several such distances
+ * and line offsets, guard bytes on both sides. */
+static void test_copy_skewed(void)
+{
+    long before = harness_failures;
+    enum { PAGE = 4096 };
+    size_t lens[] = {2047, 2048, 2049, 2048 + 127, 4096 + 13, 131072 + 7, 4u << 20, (4u << 20) + 1};
+    size_t dists[] = {16, 48, 8, 100, 127, 64, PAGE + 16};
+    size_t cap = (4u << 20) + 1 + 2 * PAGE;
+    unsigned char *src = NULL, *dst = NULL;
+    if (posix_memalign((void **)&src, PAGE, cap) != 0 ||
+        posix_memalign((void **)&dst, PAGE, cap + 2 * PAGE) != 0) {
+        FAIL("out of memory");
+        free(src);
+        return;
+    }
+    for (size_t i = 0; i < cap; i++)
+        src[i] = (unsigned char)(i * 31 + 7 + (i >> 12));
+    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+        for (size_t k = 0; k < sizeof(dists) / sizeof(dists[0]); k++) {
+            size_t soff = (l * 16 + k * 48) % 256, doff = soff + dists[k];
+            size_t n = lens[l];
+            memset(dst, 0xa5, cap + 2 * PAGE);
+            host_memops.copy(dst + doff, src + soff, n);
+            if (memcmp(dst + doff, src + soff, n) != 0) {
+                size_t i = 0;
+                while (dst[doff + i] == src[soff + i])
+                    i++;
+                FAIL("copy len %zu, dst - src %zu (source at +%zu): byte %zu is %u, want %u", n,
+                     dists[k], soff, i, dst[doff + i], src[soff + i]);
+                continue;
+            }
+            for (size_t i = 0; i < doff; i++)
+                if (dst[i] != 0xa5) {
+                    FAIL("copy len %zu, dst - src %zu: wrote byte %zu before the destination", n,
+                         dists[k], i);
+                    break;
+                }
+            for (size_t i = doff + n; i < doff + n + PAGE; i++)
+                if (dst[i] != 0xa5) {
+                    FAIL("copy len %zu, dst - src %zu: wrote byte %zu past the destination", n,
+                         dists[k], i - doff - n);
+                    break;
+                }
+        }
+    }
+    free(src);
+    free(dst);
+    harness_report(before, "copy with the destination 8-127 bytes past the source in a page "
+                           "(lengths 2047 B-4 MiB + 1, guards)");
+}
+
 /* ---- Reduce matrix with exact values ---- */
 
 typedef struct {
@@ -781,6 +835,7 @@ int main(int argc, char **argv)
     int exhaustive = argc > 1 && strcmp(argv[1], "--exhaustive") == 0;
     test_names_and_copy();
     test_copy_out_dup();
+    test_copy_skewed();
     test_reduce_matrix();
     test_reduce_n();
     test_corners();
