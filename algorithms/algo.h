@@ -269,17 +269,29 @@ typedef struct direct_adapt {
     int trial_path; /* the path the trial times: 1 cross-memory attach */
     direct_adapt_class_t cls[DIRECT_ADAPT_CLASSES];
 } direct_adapt_t;
-/* The classes below this one (4 MiB a rank) start on cross-memory attach where the setup found it
- * pays; the larger ones start on the window in any case. On the AMD VM of 2026-12-07, 2 ranks,
+/* The classes below this one (4 MiB a rank) start on cross-memory attach (all of them where the
+ * setup found it pays, else those from DIRECT_ADAPT_TIMED_CLASSES); the larger ones start on the
+ * window in any case. On the AMD VM of 2026-12-07, 2 ranks,
  * CHORUS_CMA_MIN=16K (the attach) against 0 (the window), four alternated rounds of
  * all_gather_perf -b 4M -e 32M -f 2 -w 3 -n 20, medians: 2 MiB a rank 304 us against 356, 4 MiB
  * 1208 against 1100, 8 MiB 3562 against 2927, 16 MiB 8010 against 5735 (Open MPI's attach ran
  * faster than these from 8 MiB). A benchmark's 20-odd calls of such a size do not reach a
  * class's first trial (ADAPT_WARM_NS), so its start decides there. */
 #define DIRECT_ADAPT_CMA_CLASSES 8
-/* Start with the classes below DIRECT_ADAPT_CMA_CLASSES reading by cross-memory attach (cma) or
- * none; test: CHORUS_CMA_ADAPT=2. */
-void direct_adapt_init(direct_adapt_t *ad, int cma, int test);
+/* Where the setup found the window faster than the attach (window.c: CMA_PAYS_WIN_PCT), the
+ * classes from this one (64 KiB a rank, the size of the piece the setup times) to
+ * DIRECT_ADAPT_CMA_CLASSES start on the attach all the same; the run-time choice may move them.
+ * The setup times one piece's copies; a call through the window also waits for the peers'
+ * copies, and moves larger data three times where the attach moves it twice. On the AMD VM of
+ * 2026-12-07, 2 ranks, the setup timed the window's piece at 5.0-7.8 us against 7.6-13.7 by the
+ * attach (20 setups), yet calls ran faster by the attach: 256 KiB all-gathers 15.9 us (15.6-16.8)
+ * against 21.4 (18.7-22.1) through the window, 1 MiB 63.4 against 76.7, 4 MiB 260 against 298
+ * (four alternated rounds; Open MPI over Chorus 1.05-1.08 against 0.83-0.84); 64 KiB (32 KiB a
+ * rank) 6.1 against 5.3 and 32 KiB 4.1 against 3.2, where the setup's timing keeps its say. */
+#define DIRECT_ADAPT_TIMED_CLASSES 2
+/* The classes below DIRECT_ADAPT_CMA_CLASSES start reading by cross-memory attach (start 2), or
+ * those from DIRECT_ADAPT_TIMED_CLASSES only (1); test: CHORUS_CMA_ADAPT=2. */
+void direct_adapt_init(direct_adapt_t *ad, int start, int test);
 
 /* What a rank last published in its done flag, and the last piece it has read but not yet
  * published (0: none); kept out of the shared line, which peers poll. */

@@ -59,10 +59,11 @@ static double us(int64_t ns)
     return ns == INT64_MAX ? -1.0 : ns / 1e3;
 }
 
-void direct_adapt_init(direct_adapt_t *ad, int cma, int test)
+void direct_adapt_init(direct_adapt_t *ad, int start, int test)
 {
     memset(ad, 0, sizeof(*ad));
-    ad->mask = cma ? (1u << DIRECT_ADAPT_CMA_CLASSES) - 1 : 0;
+    uint32_t below = (1u << DIRECT_ADAPT_CMA_CLASSES) - 1;
+    ad->mask = start == 2 ? below : below & ~((1u << DIRECT_ADAPT_TIMED_CLASSES) - 1);
     ad->planned = ad->mask;
     ad->test = test;
     ad->trial = -1;

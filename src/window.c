@@ -87,6 +87,7 @@ typedef struct window_card {
     uint64_t cma_addr; /* where this process holds cma_cookie; 0: cross-memory attach off */
     uint64_t cma_cookie;
     uint64_t cma_buf; /* CMA_PAYS_CHUNK of this process's memory cma_pays reads; 0: none */
+    uint64_t cma_target; /* CMA_PAYS_CHUNK of it that cma_pays writes */
 } window_card_t;
 
 struct zc_map {
@@ -306,10 +307,12 @@ static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p)
 #define CMA_PAYS_ROUNDS 9
 /* The window is kept only where its least is below this percentage of the attach's: it moves the
  * data three times where the attach moves it twice, which weighs more in calls larger than the
- * piece timed. On the AMD VM of 2026-12-07 (2 ranks, 8 setups) the window timed faster in 4,
- * by less than 15% in 2 of them; where the attach was chosen, the 256 KiB all-gather ran
- * 15.0-20.3 us against Open MPI's 16.7-20.5 in the same runs; where a window less than 15%
- * faster was, 21.0 and 22.3 against 16.9 and 17.6. */
+ * piece timed. With the run-time choice on, this decides only the all-gathers below 64 KiB a
+ * rank (algo.h DIRECT_ADAPT_TIMED_CLASSES); where the ranks outnumber the cores, all of them. On
+ * the AMD VM of 2026-12-07 (2 ranks, 8 setups) the window timed faster in 4, by less than 15% in
+ * 2 of them; where the attach was chosen, the 256 KiB all-gather ran 15.0-20.3 us against Open
+ * MPI's 16.7-20.5 in the same runs; where a window less than 15% faster was, 21.0 and 22.3
+ * against 16.9 and 17.6. */
 #define CMA_PAYS_WIN_PCT 85
 /* Broadcasts and two-shot all-reduces by cross-memory attach (CMA_BCAST_MIN_NBYTES,
  * CMA_ALLREDUCE_MIN_NBYTES) unless the window's piece timed at most this percent of the kernel's
@@ -318,8 +321,12 @@ static chorusResult_t all_agree(chorusComm_t comm, int bits, int *all_p)
  * CHORUS_CMA_MIN=16K (on, untimed) against 0 (off), five or six alternated rounds, medians:
  * broadcast 1 MiB 64 us against 80 (least ratio to Open MPI 1.31 against 0.65), 4 MiB 254
  * against 357; all-reduce 128 KiB 17.8 against 20.9, 256 KiB 33.4 against 43.0, 2 MiB 265
- * against 332; in those minutes the setup found the window 22-27% faster in two runs of three. */
-#define CMA_BEARABLE_WIN_PCT 50
+ * against 332; in those minutes the setup found the window 22-27% faster in two runs of three.
+ * Four rounds later the same day: broadcast 256 KiB 16.0 against 20.4, all-reduce 256 KiB 31.1
+ * against 43.4, 1 MiB 120 against 162 (Open MPI over Chorus 1.37 against 1.02), while the
+ * timing as it is now (cma_pays: page-aligned buffers, the attach's writes) found the window
+ * 1.4-2.2x faster in 20 setups of 20 (0.46-0.72 of the attach's time): it was 50 until then. */
+#define CMA_BEARABLE_WIN_PCT 35
 
 /* The rank whose memory this rank times cross-memory attach on: the next one in another process
  * (-1: none, all are threads of this one). */
@@ -335,16 +342,18 @@ static int cma_peer(chorusComm_t comm)
  * Each way is timed as direct.c runs it, on a 64 KiB piece. The window's: the rank's input into
  * its own output and into its window (copy_dup, streaming where direct.c streams: 64 KiB is
  * past STREAM_WIN_NBYTES), over lines a peer read the round before, then a peer's fresh window
- * piece copied out. Cross-memory attach's: the input into the output, then the peer's fresh input
- * read by process_vm_readv. Every rank runs the rounds (all_agree: no owner writes before every
- * reader is done, and no rank reads before every owner wrote); each owner writes its input
- * (cma_buf) again first, as a job does between calls. Each rank's least of each way over the
- * rounds after the first goes to INFO and to the others; *pays_p, alike on every rank: 1 where
- * the window's least over the ranks that timed is not below CMA_PAYS_WIN_PCT of the kernel's
- * way's, or where none timed (timed 0, no peer, no memory); 0 where some rank could not read.
- * *bearable_p the same with CMA_BEARABLE_WIN_PCT. Every
- * rank calls it, or none (the rounds are exchanges). bufs: 2 x CMA_PAYS_CHUNK of this rank's memory
- * (an output and a copy's target).
+ * piece copied out. Cross-memory attach's: the input into the output, then the input written
+ * into the peer's memory (cma_target) by process_vm_writev where every rank may write (write),
+ * as all-gathers do, else the peer's fresh input read by process_vm_readv. Every rank runs the
+ * rounds (all_agree: no owner writes before every reader is done, and no rank reads before every
+ * owner wrote); each owner writes its input (cma_buf) again first, as a job does between calls.
+ * Each rank's least of each way over the rounds after the first goes to INFO and to the others;
+ * *pays_p, alike on every rank: 1 where the window's least over the ranks that timed is not
+ * below CMA_PAYS_WIN_PCT of the kernel's way's, or where none timed (timed 0, no peer, no
+ * memory); 0 where some rank could not read or write (and *usable_p 0). *bearable_p the same with
+ * CMA_BEARABLE_WIN_PCT. Every rank calls it, or none (the rounds are exchanges). bufs: 3 x
+ * CMA_PAYS_CHUNK of this rank's page-aligned memory (an output, a copy's target, and the piece
+ * the peer writes).
  *
  * Measured where it was added (AMD EPYC VM, kernel with page-table isolation), 2 and 4 ranks:
  * 64 KiB by process_vm_readv 7.3-15 us, against 0.8-2.4 by memcpy plus 0.7-1.5 in cache; the
@@ -355,11 +364,11 @@ static int cma_peer(chorusComm_t comm)
  * cache): it chose the window, and the 2-rank all-gather of 128 KiB took 13.6 us through it
  * against 4.8 by cross-memory attach (Open MPI 5.5). */
 static chorusResult_t cma_pays(chorusComm_t comm, const window_card_t *cards, char *cma_buf,
-                               char *bufs, size_t map_nbytes, int timed, int *pays_p,
-                               int *bearable_p)
+                               char *bufs, size_t map_nbytes, int timed, int write, int *pays_p,
+                               int *bearable_p, int *usable_p)
 {
     int me = comm->rank, r = cma_peer(comm);
-    *pays_p = *bearable_p = 1;
+    *pays_p = *bearable_p = *usable_p = 1;
     if (map_nbytes < DIRECT_HDR_NBYTES + CMA_PAYS_CHUNK)
         return chorusSuccess; /* every rank alike: the windows are all this size */
     timed = timed && r >= 0 && cma_buf != NULL && cards[r].cma_buf != 0;
@@ -390,17 +399,18 @@ static chorusResult_t cma_pays(chorusComm_t comm, const window_card_t *cards, ch
         if (!timed)
             continue;
         int64_t t2 = fifo_now_ns();
-        memcpy(scratch, win, CMA_PAYS_CHUNK);
+        host_memops.copy(scratch, win, CMA_PAYS_CHUNK);
         __asm__ volatile("" : : "r"(scratch) : "memory");
         int64_t t3 = fifo_now_ns();
-        memcpy(out, cma_buf, CMA_PAYS_CHUNK);
+        host_memops.copy(out, cma_buf, CMA_PAYS_CHUNK);
         __asm__ volatile("" : : "r"(out) : "memory");
-        struct iovec local = {scratch, CMA_PAYS_CHUNK};
-        struct iovec remote = {(void *)(uintptr_t)cards[r].cma_buf, CMA_PAYS_CHUNK};
-        if (process_vm_readv((pid_t)comm->peers[r].pid, &local, 1, &remote, 1, 0) !=
-            CMA_PAYS_CHUNK) {
-            INFO(SUB_INIT, "cross-memory attach off: rank %d's timed read of rank %d failed: %s",
-                 me, r, strerror(errno));
+        struct iovec local = {write ? cma_buf : scratch, CMA_PAYS_CHUNK};
+        struct iovec remote = {(void *)(uintptr_t)(write ? cards[r].cma_target : cards[r].cma_buf),
+                               CMA_PAYS_CHUNK};
+        if ((write ? process_vm_writev : process_vm_readv)((pid_t)comm->peers[r].pid, &local, 1,
+                                                           &remote, 1, 0) != CMA_PAYS_CHUNK) {
+            INFO(SUB_INIT, "cross-memory attach off: rank %d's timed %s of rank %d failed: %s", me,
+                 write ? "write" : "read", r, strerror(errno));
             failed = 1;
             timed = 0;
             continue;
@@ -414,9 +424,9 @@ static chorusResult_t cma_pays(chorusComm_t comm, const window_card_t *cards, ch
     if (timed)
         INFO(SUB_INIT,
              "cross-memory attach timed: a 64 KiB piece of an all-gather cost rank %d %.2f us by "
-             "process_vm_readv of rank %d's input, against %.2f us through the windows (least of "
-             "%d rounds)",
-             me, cma_ns / 1e3, r, win_ns / 1e3, CMA_PAYS_ROUNDS - 1);
+             "%s rank %d's memory, against %.2f us through the windows (least of %d rounds)",
+             me, cma_ns / 1e3, write ? "process_vm_writev into" : "process_vm_readv of", r,
+             win_ns / 1e3, CMA_PAYS_ROUNDS - 1);
     /* The least over every rank's rounds decides, alike everywhere: something else running
      * only slows a round, and on a 2-core machine it may run through all of one rank's (its
      * least by cross-memory attach 16-28 us against 5-10 on the other, its own 64 KiB memcpy
@@ -430,7 +440,7 @@ static chorusResult_t cma_pays(chorusComm_t comm, const window_card_t *cards, ch
     int64_t cma_least = INT64_MAX, win_least = INT64_MAX;
     for (int q = 0; q < comm->nranks && res == chorusSuccess; q++) {
         if (t[2 * q] == -2)
-            *pays_p = *bearable_p = 0;
+            *pays_p = *bearable_p = *usable_p = 0;
         if (t[2 * q] >= 0) {
             cma_least = t[2 * q] < cma_least ? t[2 * q] : cma_least;
             win_least = t[2 * q + 1] < win_least ? t[2 * q + 1] : win_least;
@@ -531,15 +541,22 @@ static chorusResult_t window_map(chorusComm_t comm)
             ((uint64_t)ts.tv_nsec << 32 ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)comm) | 1;
         cards[me].cma_addr = (uint64_t)(uintptr_t)&comm->cma_cookie;
         cards[me].cma_cookie = comm->cma_cookie;
-        cma_buf = timed ? malloc(CMA_PAYS_CHUNK) : NULL;
-        scratch = timed ? malloc(2 * CMA_PAYS_CHUNK) : NULL;
-        if (cma_buf == NULL || scratch == NULL) {
-            free(cma_buf);
-            cma_buf = NULL;
-        } else {
+        /* Page-aligned, like the windows: from malloc, the 3-piece scratch lay 16 bytes past a
+         * page or anywhere in the heap, as glibc's mmap threshold had it (MALLOC_MMAP_MAX_=0),
+         * and memcpy's speed out of the window with it (host_memops.c, copy_skewed). */
+        void *a = NULL, *b = NULL;
+        if (timed && (posix_memalign(&a, 4096, CMA_PAYS_CHUNK) != 0 ||
+                      posix_memalign(&b, 4096, 3 * CMA_PAYS_CHUNK) != 0)) {
+            free(a);
+            a = b = NULL;
+        }
+        cma_buf = a;
+        scratch = b;
+        if (cma_buf != NULL) {
             memset(cma_buf, 1, CMA_PAYS_CHUNK);
-            memset(scratch, 0, 2 * CMA_PAYS_CHUNK);
+            memset(scratch, 0, 3 * CMA_PAYS_CHUNK);
             cards[me].cma_buf = (uint64_t)(uintptr_t)cma_buf;
+            cards[me].cma_target = (uint64_t)(uintptr_t)(scratch + 2 * CMA_PAYS_CHUNK);
         }
     }
     CHECK_GOTO(boot_allgather(comm->boot, cards, sizeof(window_card_t)), res, out);
@@ -605,13 +622,15 @@ static chorusResult_t window_map(chorusComm_t comm)
         for (int r = 0; r < n; r++)
             any |= cards[r].cma_buf != 0;
         if ((all & 4) && any) {
-            int pays, bearable;
-            CHECK_GOTO(cma_pays(comm, cards, cma_buf, scratch, map_nbytes, timed, &pays, &bearable),
+            int pays, bearable, usable;
+            CHECK_GOTO(cma_pays(comm, cards, cma_buf, scratch, map_nbytes, timed, (all & 8) != 0,
+                                &pays, &bearable, &usable),
                        res, out);
             cma_bearable = bearable;
             if (!pays) {
                 cma_pays_all = 0;
-                if (comm->cma_adapt == 0 && (!bearable || comm->over)) /* nothing uses it */
+                /* Nothing uses it (a rank's timed read or write failed: nothing may). */
+                if (!usable || (comm->cma_adapt == 0 && (!bearable || comm->over)))
                     all &= ~4;
                 if (me == 0)
                     INFO(SUB_INIT,
@@ -619,7 +638,10 @@ static chorusResult_t window_map(chorusComm_t comm)
                          "timed more than %d%% faster, or a rank could not read (CHORUS_CMA_MIN "
                          "set on every rank skips the timing); broadcasts and two-shot "
                          "all-reduces %s",
-                         comm->cma_adapt ? "off for now (all-gathers try it at run time)" : "off",
+                         !comm->cma_adapt || !usable
+                             ? "off"
+                             : "off for all-gathers below 64 KiB a rank for now (larger ones "
+                               "start on it; all try it at run time)",
                          100 - CMA_PAYS_WIN_PCT,
                          bearable ? "use it still (the window not twice as fast)" : "do not");
             } else if (me == 0) {
@@ -693,7 +715,7 @@ out:
                                                                  : CMA_ALLREDUCE_MIN_NBYTES,
         comm->over ? 0 : STREAM_SLOT_NBYTES};
     if (comm->win_view.cma_adapt != NULL)
-        direct_adapt_init(&comm->cma_plan, cma_pays_all, comm->cma_adapt == 2);
+        direct_adapt_init(&comm->cma_plan, cma_pays_all ? 2 : 1, comm->cma_adapt == 2);
     /* From here the tuner prices one-shot broadcasts by cross-memory attach where they run so
      * (alike on every rank: each input above is every rank's). */
     comm->tuner.topo.direct_cma_bcast_min =

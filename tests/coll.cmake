@@ -200,8 +200,10 @@ if(MPI_C_FOUND)
 endif()
 # The setup's timing made up (CHORUS_CMA_TIMED_PCT; CHORUS_CMA_ADAPT=0, so the setup decides for
 # all-gathers): the window's piece at 75% of the attach's leaves all-gathers on the window and
-# broadcasts and two-shot all-reduces on the attach (src/window.c CMA_BEARABLE_WIN_PCT); at 40%,
-# no call takes it. 2 processes (ranks that do not outnumber the cores).
+# broadcasts and two-shot all-reduces on the attach (src/window.c CMA_BEARABLE_WIN_PCT); at 25%,
+# no call takes it. With the run-time choice on (CHORUS_CMA_ADAPT=1), at 75% all-gathers of
+# 64 KiB a rank and more start on the attach (140000 elements), smaller ones on the window (6000
+# elements: 12-48 KB a rank; algo.h DIRECT_ADAPT_TIMED_CLASSES). 2 processes (ranks that do not outnumber the cores).
 if(MPI_C_FOUND)
   foreach(algo oneshot twoshot)
     set(wrote broadcast)
@@ -216,8 +218,16 @@ if(MPI_C_FOUND)
   endforeach()
   chorus_add_test(NAME coll_cma_unbearable_mpi_2 TIMEOUT 300
     COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2
-            -x CHORUS_CMA_TIMED_PCT=40 -x CHORUS_CMA_ADAPT=0 -x CHORUS_ALGO=oneshot
+            -x CHORUS_CMA_TIMED_PCT=25 -x CHORUS_CMA_ADAPT=0 -x CHORUS_ALGO=oneshot
             $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma off)
+  chorus_add_test(NAME coll_cma_start_large_mpi_2 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2
+            -x CHORUS_CMA_TIMED_PCT=75 -x CHORUS_ALGO=oneshot
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,140000 --cma-writes allgather)
+  chorus_add_test(NAME coll_cma_start_small_mpi_2 TIMEOUT 300
+    COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2
+            -x CHORUS_CMA_TIMED_PCT=75 -x CHORUS_ALGO=oneshot
+            $<TARGET_FILE:coll_matrix_mpi> --counts 1,7,6000 --cma-no-writes allgather)
 endif()
 # Two-shot all-reduces by cross-memory attach (direct.c allreduce_cma: each rank reads its part
 # of every input, reduces, and writes it into every output), CHORUS_CMA_MIN set so it is on
