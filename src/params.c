@@ -136,8 +136,9 @@ static const param_def_t param_table[] = {
      "read each part of the inputs and write its sum into every output); 0: never; unset: each "
      "communicator's setup times it "
      "against the window's copies and leaves it off for all-gathers where they time more than "
-     "15% faster (all-gathers choose again at run time, CHORUS_CMA_ADAPT), for broadcasts and "
-     "all-reduces where they time twice as fast"},
+     "15% faster (with CHORUS_CMA_ADAPT, only those below 64 KiB a rank, and all choose again "
+     "at run time), for broadcasts and all-reduces where they time nearly three times as "
+     "fast"},
     {"CHORUS_CMA_ADAPT", PT_INT, "1", 0, 2, OFF(cma_adapt),
      "1: where CHORUS_CMA_MIN is unset, one-host all-gathers of at least 16 KiB a rank choose "
      "between the window and cross-memory attach per size at run time, by rank 0's timing of "
