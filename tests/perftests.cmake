@@ -47,6 +47,23 @@ function(chorus_perftests_add_tests run)
     ENV CHORUS_PERF_TIMEOUT=90 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296
       CHORUS_PERF_JSON_ROWS=50
       "CHORUS_PERF_JSON_ENV=MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296")
+  # --offset 16: buffers 16 bytes past a page, as glibc's malloc places those of 128 KiB and
+  # more, so that copies out of the page-aligned windows run kernels/host_memops.c's copy_skewed
+  # (a 2-rank all-gather through the window, a 4-rank broadcast and all-reduce; 8K .. 2M by 4:
+  # 5 sizes x 10 dtypes = 50 rows, and 5 for the float sum). Fails where that copy is wrong.
+  chorus_add_test(NAME perf_all_gather_offset16_window
+    COMMAND ${run} mpi 2 ${mpirun} $<TARGET_FILE:all_gather_perf> --offset 16 -b 8K -e 2M -f 4
+      -d all -n 2 -w 1
+    TIMEOUT 300 LABELS perf mpi
+    ENV CHORUS_PERF_TIMEOUT=270 CHORUS_CMA_MIN=0 CHORUS_PERF_JSON_ROWS=50)
+  chorus_add_test(NAME perf_broadcast_offset16_mpi4
+    COMMAND ${run} mpi 4 ${mpirun} $<TARGET_FILE:broadcast_perf> --offset 16 -b 8K -e 2M -f 4
+      -d all -n 2 -w 1
+    TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=50)
+  chorus_add_test(NAME perf_all_reduce_offset16_mpi4
+    COMMAND ${run} mpi 4 ${mpirun} $<TARGET_FILE:all_reduce_perf> --offset 16 -b 8K -e 2M -f 4
+      -d float -o sum -n 2 -w 1
+    TIMEOUT 300 LABELS perf mpi ENV CHORUS_PERF_TIMEOUT=270 CHORUS_PERF_JSON_ROWS=5)
   # -R 1: chorusMemAlloc buffers, MPI on the same buffers (at these sizes the all-reduce copies
   # them as malloc'd ones; coll_zcopy_* test the reads in place). 512K .. 4M by 2: 4 sizes x 10
   # dtypes = 40 rows.
