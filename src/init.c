@@ -468,8 +468,7 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
      * almost at once, and the direct algorithms' waits ask their gate from the first poll (a
      * rank they wait for is then often one not running: on this CPU, or parked on the other;
      * 4 ranks on 2 cores, 8 B all-reduce 6.2-6.7 us against 6.7-7.1 with 16 polls of 18 ns
-     * first); no streaming stores (4 ranks, 2 cores, 64 MiB broadcast: 18.6-19.8 ms
-     * against 11.7-12.9), nor all-gather's streamed window pieces (comm->over, window.c); no
+     * first); no all-gather's streamed window pieces (comm->over, window.c); no
      * all-reduce zero-copy vote (16-64 MiB: 0.90-1.42x of the ring, run
      * to run). The broadcast and reduce-scatter votes stay on: 4 ranks on 2 cores, out of place,
      * broadcast 1-4 MiB 68-251 us against 87-474, reduce-scatter 16 MiB 1376-1496 against
@@ -482,7 +481,14 @@ static chorusResult_t setup_tuner(chorusComm_t comm)
     const params_t *pa = &comm->params;
     comm->spin = unless_set("CHORUS_SPIN", pa->spin, over, pa->spin > 16 ? 16 : pa->spin);
     comm->direct_spin = unless_set("CHORUS_SPIN", pa->spin, over, 0);
-    comm->nt_min = unless_set("CHORUS_NT_MIN_BYTES", pa->nt_min_bytes, over, 0);
+    /* Streaming stores from CHORUS_NT_MIN_BYTES here too. They were off where ranks outnumber
+     * the cores (4 ranks, 2 cores, 64 MiB broadcast: 18.6-19.8 ms streamed against 11.7-12.9,
+     * an earlier library); on the AMD VM of 2026-12-07, 4 ranks, CHORUS_NT_MIN_BYTES=64M against
+     * 0, alternated rounds of P_perf -b 16M -e 256M -f 4 -w 1 -n 5 (medians): all-reduce 64 MiB
+     * 35.7 ms against 50.9, 256 MiB 143.5 against 205.6 (six rounds); broadcast 64 MiB 13.1
+     * against 16.5, 256 MiB 53.2 against 63.2; all-gathers even (four rounds), reduce-scatters
+     * even (64 MiB 21.5 against 24.1, 256 MiB 87.7 against 97.0, six rounds). */
+    comm->nt_min = pa->nt_min_bytes;
     /* The votes' thresholds start at CHORUS_ZCOPY_MIN: below it no input is read in place. */
     comm->zc_allreduce_min = zc_floor(
         unless_set("CHORUS_ZCOPY_ALLREDUCE_MIN", pa->zcopy_allreduce_min, over, 0), pa->zcopy_min);

@@ -68,7 +68,7 @@ static const param_def_t param_table[] = {
     {"CHORUS_NT_MIN_BYTES", PT_BYTES, "64M", 0, BIG, OFF(nt_min_bytes),
      "host calls whose output is at least this many bytes write it (out of place) and the "
      "pipelined algorithms' send slots with streaming (non-temporal) stores where a step copies "
-     "into them; 0: never (the default when ranks outnumber cores)"},
+     "into them; 0: never"},
     {"CHORUS_SLOT_ADAPT", PT_INT, "1", 0, 2, OFF(slot_adapt),
      "1: on one host, ring and tree calls from 32 KiB up to CHORUS_NT_MIN_BYTES write their "
      "send slots with plain or streaming stores, each rank choosing per collective, size, and "
