@@ -160,6 +160,11 @@ function(chorus_perftests_add_tests run)
     COMMAND ${tests_dir}/perftests_floor.sh ${PROJECT_SOURCE_DIR}/perftests/floor
       ${PROJECT_BINARY_DIR}
     TIMEOUT 180 LABELS perf mpi)
+  # perftests/sweep with a flag for every run (-a "--offset 16"), one collective at 2 ranks.
+  chorus_add_test(NAME perf_sweep_args
+    COMMAND ${tests_dir}/perftests_sweep.sh ${PROJECT_SOURCE_DIR}/perftests/sweep
+      ${PROJECT_BINARY_DIR}
+    TIMEOUT 180 LABELS perf mpi)
   # perftests/pages: one rank's pages in 2 ms of 4-rank 8 B all-reduces.
   chorus_add_test(NAME perf_pages
     COMMAND ${tests_dir}/perftests_pages.sh ${PROJECT_SOURCE_DIR}/perftests/pages
