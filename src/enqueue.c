@@ -196,9 +196,14 @@ HOT_PATH static chorusResult_t check_op(const comm_op_t *op, int *on_device_p)
         CHECK(check_buffer(comm, fn, "recvbuff", a->recvbuff, a->count, rank, &cuda, &dev, &host));
         break;
     }
+    /* Equal pointers are in place, except for an all-gather's or reduce-scatter's rank other
+     * than 0: there in place is this rank's slice (check_overlap), and sendbuff == recvbuff
+     * overlaps it another way (a 2-rank all-gather so returned rank 0's slice on both). */
+    int same = a->sendbuff == a->recvbuff &&
+               !((a->kind == COLL_ALLGATHER || a->kind == COLL_REDUCESCATTER) && rank != 0);
     if (a->kind != COLL_SEND && a->kind != COLL_RECV &&
         !(a->kind == COLL_BROADCAST && rank != a->root) &&
-        !(a->kind == COLL_REDUCE && rank != a->root) && a->sendbuff != a->recvbuff) {
+        !(a->kind == COLL_REDUCE && rank != a->root) && !same) {
         size_t one = a->count * esize;
         size_t in = a->kind == COLL_REDUCESCATTER || a->kind == COLL_ALLTOALL ? nbytes : one;
         size_t out = a->kind == COLL_ALLGATHER || a->kind == COLL_ALLTOALL ? nbytes : one;

@@ -9,7 +9,8 @@
  * chorusInvalidArgument, leave both buffers bit-for-bit as they were, leave a last-error text that
  * names the function and the argument, and leave the communicator usable: a valid all-reduce right
  * after it gives the right result. Overlapping sendbuff and recvbuff not laid out in place
- * (every collective, 16 floats) are refused the same way, naming the overlap; a send to self or
+ * (every collective, 16 floats; on rank 1 an all-gather's and a reduce-scatter's sendbuff ==
+ * recvbuff) are refused the same way, naming the overlap; a send to self or
  * a receive from self outside a group with chorusInvalidUsage. Count 0 alone
  * (outside a group, the quick way): accepted with NULL buffers, a bad datatype/op/root still
  * refused by name, the next valid call clears the thread's error text. An invalid call inside a
@@ -252,27 +253,33 @@ static void run_table(void)
 }
 
 /* Buffers that overlap without NCCL's in-place layout are refused (they were run as in place and
- * lost data): rank 0 alone, 16 floats; the buffers unchanged, the communicator usable. */
+ * lost data): one rank alone, 16 floats; the buffers unchanged, the communicator usable. On rank
+ * 1, sendbuff == recvbuff is not an all-gather's or reduce-scatter's in-place layout (a 2-rank
+ * all-gather so by cross-memory attach returned rank 0's slice on both). */
 static void run_overlap(void)
 {
     long before = harness_failures;
     struct {
         fn_t fn;
         size_t send_off, recv_off; /* bytes into sbuf */
+        int rank;
     } cases[] = {
-        {F_ALLREDUCE, 0, 4},      {F_ALLREDUCE, 32, 0}, {F_BROADCAST, 0, 60},
-        {F_REDUCE, 8, 0},         {F_ALLGATHER, 4, 0},  {F_ALLGATHER, 64, 0},
-        {F_REDUCESCATTER, 0, 64}, {F_ALLTOALL, 0, 4},   {F_ALLTOALL, 100, 0},
+        {F_ALLREDUCE, 0, 4, 0},      {F_ALLREDUCE, 32, 0, 0},    {F_BROADCAST, 0, 60, 0},
+        {F_REDUCE, 8, 0, 0},         {F_ALLGATHER, 4, 0, 0},     {F_ALLGATHER, 64, 0, 0},
+        {F_REDUCESCATTER, 0, 64, 0}, {F_ALLTOALL, 0, 4, 0},      {F_ALLTOALL, 100, 0, 0},
+        {F_ALLGATHER, 0, 0, 1},      {F_REDUCESCATTER, 0, 0, 1},
     };
     int n = (int)(sizeof(cases) / sizeof(cases[0]));
     for (int i = 0; i < n; i++) {
         char what[160];
-        snprintf(what, sizeof(what), "%s with recvbuff at sendbuff %+ld bytes",
-                 fn_names[cases[i].fn], (long)cases[i].recv_off - (long)cases[i].send_off);
+        chorusComm_t comm = comms[cases[i].rank];
+        snprintf(what, sizeof(what), "%s on rank %d with recvbuff at sendbuff %+ld bytes",
+                 fn_names[cases[i].fn], cases[i].rank,
+                 (long)cases[i].recv_off - (long)cases[i].send_off);
         harness_fill(sbuf, BUF_BYTES, (uint64_t)i);
         chorusResult_t res = issue(cases[i].fn, sbuf + cases[i].send_off, sbuf + cases[i].recv_off,
-                                   16, F32, SUM, 0, comms[0], NULL);
-        harness_expect_refused(what, res, chorusInvalidArgument, chorusGetLastError(comms[0]),
+                                   16, F32, SUM, 0, comm, NULL);
+        harness_expect_refused(what, res, chorusInvalidArgument, chorusGetLastError(comm),
                                fn_names[cases[i].fn], "overlap");
         if (harness_first_diff(sbuf, BUF_BYTES, (uint64_t)i) >= 0)
             FAIL("%s: the buffer changed although the call was refused", what);
