@@ -179,8 +179,12 @@ _Static_assert(offsetof(direct_hdr_t, sched) + sizeof(direct_sched_t) <= 4096,
                "flags, lines and sched in the window header's first page");
 _Static_assert(sizeof(direct_hdr_t) <= DIRECT_HDR_NBYTES, "direct window header too large");
 
-/* In a ready flag's payload, id DIRECT_REF_CMA names data its peers read with cma_read at addr
- * (direct_view_t), not a chorusMemAlloc region. */
+/* In a ready flag's payload, id DIRECT_REF_CMA names memory its peers read or write by
+ * cross-memory attach at addr (direct_view_t's cma_read, cma_write), not a chorusMemAlloc region;
+ * span is then the bytes there (and at a two-shot all-reduce's output, whose address ino holds)
+ * that the publisher's call covers, which a peer checks against its own call's before it copies
+ * (direct_cma_span): ranks called with different counts fail there, where process_vm_writev
+ * wrote past the smaller call's buffer in the larger's process. */
 #define DIRECT_REF_CMA UINT64_MAX
 /* Zero-copy: where a rank's input lies when its peers read it in place (chorusMemAlloc memory),
  * carried in the payload of its ready flag: the region's number in the owner's process (never 0),
@@ -193,6 +197,7 @@ typedef struct mem_ref {
     uint64_t ino;
     int32_t fd;
     int32_t reserved;
+    uint64_t span; /* DIRECT_REF_CMA only (above) */
 } mem_ref_t;
 
 /* The gate of a rank's direct waits (direct_win.c): the wait under way (rank, off, s as in

@@ -192,12 +192,14 @@ static chorusResult_t allreduce_cma(prims_t *p, const direct_view_t *v, const co
     uint64_t s, at_in[DIRECT_MAX_RANKS], at_out[DIRECT_MAX_RANKS];
     size_t poff, plen, slot = (v->buf_nbytes / (size_t)(n - 1) & ~(size_t)63) / es;
     CHECK(direct_piece_begin(p, v, &s, 2, v->buf_nbytes));
-    mem_ref_t where = {
-        .id = DIRECT_REF_CMA, .addr = (uint64_t)(uintptr_t)in, .ino = (uint64_t)(uintptr_t)out};
+    mem_ref_t where = {.id = DIRECT_REF_CMA,
+                       .addr = (uint64_t)(uintptr_t)in,
+                       .ino = (uint64_t)(uintptr_t)out,
+                       .span = a->count * es};
     direct_publish_ready(v, s, &where, 0);
     for (int k = 1; k < n; k++) {
         int r = (me + k) % n;
-        CHECK(direct_ready_ref(p, v, r, s, &where));
+        CHECK(direct_cma_where(p, v, r, s, a->count * es, &where));
         at_in[r] = where.addr;
         at_out[r] = where.ino;
     }
@@ -333,18 +335,20 @@ static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const co
         int zc = root_exposes(v, a, nbytes, &ref);
         size_t tail = 0;
         if (zc) {
-            direct_publish_where(v, s, &ref, a->sendbuff);
+            direct_publish_where(v, s, &ref, a->sendbuff, nbytes);
         } else {
             if (v->cma_write != NULL)
                 tail = nbytes / (size_t)(a->recvbuff == a->sendbuff ? n : n + 1) & ~(size_t)63;
-            mem_ref_t where = {
-                .id = DIRECT_REF_CMA, .addr = (uint64_t)(uintptr_t)a->sendbuff, .offset = tail};
+            mem_ref_t where = {.id = DIRECT_REF_CMA,
+                               .addr = (uint64_t)(uintptr_t)a->sendbuff,
+                               .offset = tail,
+                               .span = nbytes};
             direct_publish_ready(v, s, &where, 0);
         }
         for (int k = 1; tail != 0 && k < n; k++) {
             int r = (root + k) % n;
             mem_ref_t out;
-            CHECK(direct_ready_ref(p, v, r, s, &out));
+            CHECK(direct_cma_where(p, v, r, s, nbytes, &out));
             CHECK(direct_cma_copy(v, r, s, (char *)a->sendbuff + (nbytes - tail),
                                   out.addr + (nbytes - tail), tail, 1));
             v->cma_writes[CMA_W_BROADCAST]++;
@@ -354,15 +358,17 @@ static chorusResult_t broadcast_cma(prims_t *p, const direct_view_t *v, const co
             p->ops->copy(a->recvbuff, a->sendbuff, nbytes);
         return direct_zc_release(p, v, s);
     }
-    direct_publish_where(v, s, NULL, a->recvbuff); /* where the root may write the tail */
+    direct_publish_where(v, s, NULL, a->recvbuff, nbytes); /* where the root may write the tail */
     mem_ref_t where;
     CHECK(direct_ready_ref(p, v, root, s, &where));
+    if (where.id == DIRECT_REF_CMA)
+        CHECK(direct_cma_span(v, root, &where, nbytes));
     size_t tail = where.id == DIRECT_REF_CMA ? (size_t)where.offset : 0;
     if (tail > nbytes)
         return ERR(chorusInternalError, SUB_COLL,
                    "broadcast: root rank %d said it writes %zu bytes of a %zu-byte broadcast", root,
                    tail, nbytes);
-    CHECK(direct_read_where(p, v, root, s, a->recvbuff, nbytes - tail));
+    CHECK(direct_read_where(p, v, root, s, a->recvbuff, nbytes - tail, nbytes));
     if (tail != 0)
         CHECK(direct_wait_flag(p, v, root, OFF_DONE, s, "direct window done flag"));
     direct_piece_done(v, s, 0);
@@ -543,13 +549,15 @@ static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v, const co
     uint64_t s;
     CHECK(direct_piece_begin(p, v, &s, 2, 0));
     if (v->cma_write != NULL) {
-        mem_ref_t where = {.id = DIRECT_REF_CMA, .addr = (uint64_t)(uintptr_t)a->recvbuff};
+        mem_ref_t where = {.id = DIRECT_REF_CMA,
+                           .addr = (uint64_t)(uintptr_t)a->recvbuff,
+                           .span = (size_t)n * nbytes};
         direct_publish_ready(v, s, &where, 0);
         if (own != in)
             prims_copy_out(p, own, in, nbytes);
         for (int k = 1; k < n; k++) {
             int r = (me + k) % n;
-            CHECK(direct_ready_ref(p, v, r, s, &where));
+            CHECK(direct_cma_where(p, v, r, s, (size_t)n * nbytes, &where));
             CHECK(
                 direct_cma_copy(v, r, s, (void *)in, where.addr + (size_t)me * nbytes, nbytes, 1));
             v->cma_writes[CMA_W_ALLGATHER]++;
@@ -557,12 +565,12 @@ static chorusResult_t allgather_cma(prims_t *p, const direct_view_t *v, const co
         direct_piece_done(v, s, 0);
         return direct_zc_release(p, v, s);
     }
-    direct_publish_where(v, s, zc ? zref : NULL, in);
+    direct_publish_where(v, s, zc ? zref : NULL, in, nbytes);
     for (int k = 0; k < n; k++) {
         int r = (me + k) % n;
         char *dst = (char *)a->recvbuff + (size_t)r * nbytes;
         if (r != me)
-            CHECK(direct_read_where(p, v, r, s, dst, nbytes));
+            CHECK(direct_read_where(p, v, r, s, dst, nbytes, nbytes));
         else if (dst != in)
             prims_copy_out(p, dst, in, nbytes);
     }

@@ -636,6 +636,12 @@ static chorusResult_t map_ref(const direct_view_t *v, int r, const fifo_flag_t *
     *at = NULL;
     if (ref.id == 0)
         return chorusSuccess;
+    if (ref.id == DIRECT_REF_CMA) /* its call moves data by cross-memory attach, this one not */
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "rank %d took cross-memory attach for this call, rank %d another path: do the "
+                   "ranks call the same collective with the same count and datatype? "
+                   "(CHORUS_CHECK_ARGS=1 compares them)",
+                   r, v->rank);
     ref.offset += skip;
     ref.addr += skip;
     if (v->zc_map == NULL)
@@ -666,9 +672,8 @@ chorusResult_t direct_out_of(const direct_view_t *v, int r, const fifo_flag_t *f
     return chorusSuccess;
 }
 
-/* Cross-memory attach: publish where this rank's input of piece s lies (ref: a chorusMemAlloc
- * region; NULL: at in, read with cma_read). */
-void direct_publish_where(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, const void *in)
+void direct_publish_where(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, const void *in,
+                          size_t span)
 {
     mem_ref_t where;
     if (ref != NULL) {
@@ -677,8 +682,33 @@ void direct_publish_where(const direct_view_t *v, uint64_t s, const mem_ref_t *r
         memset(&where, 0, sizeof(where));
         where.id = DIRECT_REF_CMA;
         where.addr = (uint64_t)(uintptr_t)in;
+        where.span = span;
     }
     direct_publish_ready(v, s, &where, 0);
+}
+
+chorusResult_t direct_cma_span(const direct_view_t *v, int r, const mem_ref_t *ref, size_t span)
+{
+    if (ref->id != DIRECT_REF_CMA)
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "rank %d took another path than rank %d's cross-memory attach for this call: "
+                   "do the ranks call the same collective with the same count and datatype? "
+                   "(CHORUS_CHECK_ARGS=1 compares them)",
+                   r, v->rank);
+    if (ref->span != span)
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "rank %d's call covers %llu bytes where rank %d's covers %zu (nothing was "
+                   "copied between them): do the ranks call the same collective with the same "
+                   "count and datatype? (CHORUS_CHECK_ARGS=1 compares them)",
+                   r, (unsigned long long)ref->span, v->rank, span);
+    return chorusSuccess;
+}
+
+chorusResult_t direct_cma_where(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t span,
+                                mem_ref_t *ref)
+{
+    CHECK(direct_ready_ref(p, v, r, s, ref));
+    return direct_cma_span(v, r, ref, span);
 }
 
 chorusResult_t direct_ready_ref(prims_t *p, const direct_view_t *v, int r, uint64_t s,
@@ -689,15 +719,14 @@ chorusResult_t direct_ready_ref(prims_t *p, const direct_view_t *v, int r, uint6
     return chorusSuccess;
 }
 
-/* Copy rank r's input of piece s (nbytes, published by direct_publish_where) into dst once its
- * ready flag is seen. */
 chorusResult_t direct_read_where(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
-                                 size_t nbytes)
+                                 size_t nbytes, size_t span)
 {
     mem_ref_t where;
     CHECK(direct_ready_ref(p, v, r, s, &where));
     const fifo_flag_t *f = &hdr(v, r)->ready[s & 1];
     if (where.id == DIRECT_REF_CMA) {
+        CHECK(direct_cma_span(v, r, &where, span));
         CHECK(direct_cma_copy(v, r, s, dst, where.addr, nbytes, 0));
         (*v->cma_reads)++;
         return chorusSuccess;

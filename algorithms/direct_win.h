@@ -187,17 +187,24 @@ void direct_publish_input(prims_t *p, const direct_view_t *v, uint64_t s, const 
  * memory read in place (this rank's: mine, when it exposed it). */
 chorusResult_t direct_input_of(const direct_view_t *v, int r, uint64_t s, const char *mine,
                                size_t nbytes, char **src);
-/* Cross-memory attach: publish where this rank's input of piece s lies (ref: a chorusMemAlloc
- * region; NULL: at in, read with cma_read). */
-void direct_publish_where(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, const void *in);
+/* Cross-memory attach: publish where this rank's memory for piece s lies (ref: a chorusMemAlloc
+ * region; NULL: span bytes at in, read or written by cross-memory attach). */
+void direct_publish_where(const direct_view_t *v, uint64_t s, const mem_ref_t *ref, const void *in,
+                          size_t span);
 /* Rank r's ready flag of piece s seen, the mem_ref_t in its payload into *ref (where r's
  * memory lies: direct_publish_where, direct_publish_ready). */
 chorusResult_t direct_ready_ref(prims_t *p, const direct_view_t *v, int r, uint64_t s,
                                 mem_ref_t *ref);
-/* Copy rank r's input of piece s (nbytes, published by direct_publish_where) into dst once its
- * ready flag is seen. */
+/* Copy the first nbytes of rank r's input of piece s (published by direct_publish_where) into dst
+ * once its ready flag is seen; span: the bytes this rank's call has there (direct_cma_span). */
 chorusResult_t direct_read_where(prims_t *p, const direct_view_t *v, int r, uint64_t s, void *dst,
-                                 size_t nbytes);
+                                 size_t nbytes, size_t span);
+/* Cross-memory attach: an error unless rank r's ref (from its ready flag) names memory by
+ * address (DIRECT_REF_CMA) with the span this rank's call has there (mem_ref_t). */
+chorusResult_t direct_cma_span(const direct_view_t *v, int r, const mem_ref_t *ref, size_t span);
+/* Rank r's ready flag of piece s seen, its ref into *ref, checked by direct_cma_span. */
+chorusResult_t direct_cma_where(prims_t *p, const direct_view_t *v, int r, uint64_t s, size_t span,
+                                mem_ref_t *ref);
 /* Every rank's answer (mine: this rank's) in one flag round, or rank decides' alone (decides >=
  * 0: the others wait only for its flag); *all_p 1 when all said yes (or it did). */
 chorusResult_t direct_vote(prims_t *p, const direct_view_t *v, int decides, int mine, int *all_p);

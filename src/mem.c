@@ -113,8 +113,11 @@ int mem_find_region(const void *ptr, size_t nbytes, mem_ref_t *ref)
     for (mem_region_t *r = regions; r != NULL && !found; r = r->next) {
         if (r->fd >= 0 && p >= r->base && nbytes <= r->nbytes &&
             (size_t)(p - r->base) <= r->nbytes - nbytes) {
-            *ref = (mem_ref_t){
-                r->id, (uint64_t)(p - r->base), (uint64_t)(uintptr_t)p, r->ino, r->fd, 0};
+            *ref = (mem_ref_t){.id = r->id,
+                               .offset = (uint64_t)(p - r->base),
+                               .addr = (uint64_t)(uintptr_t)p,
+                               .ino = r->ino,
+                               .fd = r->fd};
             found = 1;
         }
     }
