@@ -183,8 +183,10 @@ _Static_assert(sizeof(direct_hdr_t) <= DIRECT_HDR_NBYTES, "direct window header 
  * cross-memory attach at addr (direct_view_t's cma_read, cma_write), not a chorusMemAlloc region;
  * span is then the bytes there (and at a two-shot all-reduce's output, whose address ino holds)
  * that the publisher's call covers, which a peer checks against its own call's before it copies
- * (direct_cma_span): ranks called with different counts fail there, where process_vm_writev
- * wrote past the smaller call's buffer in the larger's process. */
+ * (direct_cma_span). For a region, span is the bytes from addr to the end of the buffer the
+ * publisher's call exposes, and a peer maps none past it (direct_win.c, map_ref). Ranks called
+ * with different counts fail there, where a peer wrote past the smaller call's buffer in the
+ * larger's process (process_vm_writev; or into its chorusMemAlloc memory, an all-gather's push). */
 #define DIRECT_REF_CMA UINT64_MAX
 /* Zero-copy: where a rank's input lies when its peers read it in place (chorusMemAlloc memory),
  * carried in the payload of its ready flag: the region's number in the owner's process (never 0),

@@ -605,6 +605,7 @@ void direct_publish_ready(const direct_view_t *v, uint64_t s, const mem_ref_t *r
         r = *ref;
         r.offset += off;
         r.addr += off;
+        r.span = r.span > off ? r.span - off : 0;
     }
     memcpy(f->payload, &r, sizeof(r));
     fifo_set_flag(f, s);
@@ -642,6 +643,13 @@ static chorusResult_t map_ref(const direct_view_t *v, int r, const fifo_flag_t *
                    "ranks call the same collective with the same count and datatype? "
                    "(CHORUS_CHECK_ARGS=1 compares them)",
                    r, v->rank);
+    if (skip > ref.span || nbytes > ref.span - skip)
+        return ERR(chorusInvalidUsage, SUB_COLL,
+                   "rank %d's call exposes %llu bytes of its chorusMemAlloc memory where rank "
+                   "%d's would take %zu from byte %zu (nothing was copied): do the ranks call "
+                   "the same collective with the same count and datatype? (CHORUS_CHECK_ARGS=1 "
+                   "compares them)",
+                   r, (unsigned long long)ref.span, v->rank, nbytes, skip);
     ref.offset += skip;
     ref.addr += skip;
     if (v->zc_map == NULL)

@@ -117,7 +117,8 @@ int mem_find_region(const void *ptr, size_t nbytes, mem_ref_t *ref)
                                .offset = (uint64_t)(p - r->base),
                                .addr = (uint64_t)(uintptr_t)p,
                                .ino = r->ino,
-                               .fd = r->fd};
+                               .fd = r->fd,
+                               .span = nbytes};
             found = 1;
         }
     }

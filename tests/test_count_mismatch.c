@@ -5,15 +5,17 @@
  * Run with mpirun -np 2 (processes; CHORUS_CMA_MIN=16K in the ctest): rank 0 passes one count,
  * rank 1 another, to an all-reduce, an all-gather and a broadcast large enough to move data by
  * cross-memory attach, each both ways round, and to an all-reduce whose two counts take
- * different paths (16384 and 4096 floats). (Where the node-local windows carry the data, as with
- * more ranks than cores, a mismatch may give wrong results or a timeout, as NCCL's and MPI's do:
- * CHORUS_CHECK_ARGS=1 catches it there.) Each buffer is followed by a 1 MiB guard of a known byte.
- * Proves, for each case on a communicator of its own: every rank's call returns an error, at least
- * one rank's error text asks whether the ranks call with the same count (or says they did not), and
- * every guard is intact. Before the attach's peers checked the size a rank published with its
- * address, process_vm_writev wrote up to 1 MiB past the smaller call's buffers in its process
- * and both calls returned success (all-reduce, all-gather), and a broadcast wrote past them and
- * then failed "please report".
+ * different paths (16384 and 4096 floats); and to all-gathers into chorusMemAlloc outputs, where
+ * the ranks write each input straight into the others' outputs (the zero-copy push). (Where the
+ * node-local windows carry the data, as with more ranks than cores, a mismatch may give wrong
+ * results or a timeout, as NCCL's and MPI's do: CHORUS_CHECK_ARGS=1 catches it there.) Each buffer
+ * is followed by a 1 MiB guard of a known byte. Proves, for each case on a communicator of its own:
+ * every rank's call returns an error, at least one rank's error text asks whether the ranks call
+ * with the same count (or says they did not), and every guard is intact. Before the attach's peers
+ * checked the size a rank published with its address, process_vm_writev wrote up to 1 MiB past the
+ * smaller call's buffers in its process and both calls returned success (all-reduce, all-gather),
+ * and a broadcast wrote past them and then failed "please report"; the push wrote 512 KiB past the
+ * smaller call's output in its chorusMemAlloc memory, and both returned success.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -41,18 +43,37 @@ static size_t guard_damage(const unsigned char *p, size_t nbytes)
     return bad;
 }
 
+/* nbytes of host memory: chorusMemAlloc's (memalloc) or malloc's; NULL when there is none. */
+static unsigned char *get(size_t nbytes, int memalloc)
+{
+    void *p = NULL;
+    if (memalloc)
+        CHECK_OK(chorusMemAlloc(&p, nbytes));
+    else
+        p = malloc(nbytes);
+    return p;
+}
+
+static void put(void *p, int memalloc)
+{
+    if (memalloc && p != NULL)
+        CHECK_OK(chorusMemFree(p));
+    else
+        free(p);
+}
+
 /* One case on a fresh communicator: rank 0 calls with count0 floats, rank 1 with count1. */
-static void run_case(enum coll c, size_t count0, size_t count1)
+static void run_case(enum coll c, size_t count0, size_t count1, int memalloc)
 {
     long before = harness_failures;
     size_t count = me == 0 ? count0 : count1;
     size_t in_nbytes = count * sizeof(float);
     size_t out_nbytes = c == C_ALLGATHER ? in_nbytes * (size_t)nranks : in_nbytes;
-    unsigned char *in = malloc(in_nbytes + GUARD), *out = malloc(out_nbytes + GUARD);
+    unsigned char *in = get(in_nbytes + GUARD, memalloc), *out = get(out_nbytes + GUARD, memalloc);
     if (in == NULL || out == NULL) {
         FAIL("rank %d: out of memory", me);
-        free(in);
-        free(out);
+        put(in, memalloc);
+        put(out, memalloc);
         return;
     }
     for (size_t i = 0; i < count; i++)
@@ -87,14 +108,15 @@ static void run_case(enum coll c, size_t count0, size_t count1)
         FAIL("%s: no rank's error asks whether the counts agree (rank %d: %s)", names[c], me, text);
     if (comm != NULL)
         CHECK_OK(chorusCommDestroy(comm));
-    free(in);
-    free(out);
+    put(in, memalloc);
+    put(out, memalloc);
     long mine = harness_failures - before, all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (me == 0)
-        printf("%s %s, rank 0 %zu floats, rank 1 %zu: both failed, %s, guards intact\n",
-               all ? "FAIL" : "PASS", names[c], count0, count1,
-               any_said ? "the error asks about the counts" : "no error about the counts");
+        printf("%s %s, rank 0 %zu floats, rank 1 %zu, %s buffers: %s\n", all ? "FAIL" : "PASS",
+               names[c], count0, count1, memalloc ? "chorusMemAlloc" : "malloc",
+               all ? "see the failures above"
+                   : "both failed, the error asks about the counts, guards intact");
 }
 
 int main(int argc, char **argv)
@@ -109,17 +131,19 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 1;
     }
-    run_case(C_ALLREDUCE, 1048576, 65536);
-    run_case(C_ALLREDUCE, 65536, 1048576);
-    run_case(C_ALLGATHER, 262144, 65536);
-    run_case(C_ALLGATHER, 65536, 262144);
-    run_case(C_BROADCAST, 1048576, 262144);
-    run_case(C_BROADCAST, 262144, 1048576);
-    run_case(C_ALLREDUCE, 16384, 4096);
+    run_case(C_ALLREDUCE, 1048576, 65536, 0);
+    run_case(C_ALLREDUCE, 65536, 1048576, 0);
+    run_case(C_ALLGATHER, 262144, 65536, 0);
+    run_case(C_ALLGATHER, 65536, 262144, 0);
+    run_case(C_BROADCAST, 1048576, 262144, 0);
+    run_case(C_BROADCAST, 262144, 1048576, 0);
+    run_case(C_ALLREDUCE, 16384, 4096, 0);
+    run_case(C_ALLGATHER, 262144, 65536, 1);
+    run_case(C_ALLGATHER, 65536, 262144, 1);
     long total = 0;
     MPI_Allreduce(&harness_failures, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (me == 0)
-        printf("%s test_count_mismatch: 7 calls with the counts of 2 ranks apart refused, nothing "
+        printf("%s test_count_mismatch: 9 calls with the counts of 2 ranks apart refused, nothing "
                "written past a buffer\n",
                total ? "FAIL" : "PASS");
     MPI_Finalize();
