@@ -107,7 +107,11 @@ const char *chorusGetLastError(chorusComm_t comm);
 
 /* Rank 0 only: open the rendezvous listener and fill the id (address + random secret). */
 chorusResult_t chorusGetUniqueId(chorusUniqueId *uniqueId);
-/* Collective over nranks ranks: join the communicator identified by commId as rank. */
+/* Collective over nranks ranks: join the communicator identified by commId as rank. Inside
+ * chorusGroupStart/End (NCCL's way for one thread to make several ranks) it only checks its
+ * arguments and sets *comm to NULL; the outermost chorusGroupEnd initializes all of the group's
+ * communicators at once, sets the handles and returns the first failure (then none is kept). A
+ * config's netName must then stay valid until chorusGroupEnd. */
 chorusResult_t chorusCommInitRank(chorusComm_t *comm, int nranks, chorusUniqueId commId, int rank);
 chorusResult_t chorusCommInitRankConfig(chorusComm_t *comm, int nranks, chorusUniqueId commId,
                                         int rank, chorusConfig_t *config);
@@ -117,10 +121,12 @@ chorusResult_t chorusCommInitAll(chorusComm_t *comms, int ndev, const int *devli
  * RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. Rank 0 listens on the root port. */
 chorusResult_t chorusCommInitEnv(chorusComm_t *comm);
 /* Collective over comm: ranks with the same color form a new communicator ordered by (key, rank);
- * color < 0 (CHORUS_SPLIT_NOCOLOR) gives *newcomm = NULL. */
+ * color < 0 (CHORUS_SPLIT_NOCOLOR) gives *newcomm = NULL. Inside a group it is held for
+ * chorusGroupEnd, as chorusCommInitRank. */
 chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t *newcomm,
                                chorusConfig_t *config);
-/* Wait until every queued operation of comm has finished. */
+/* Wait until every queued operation of comm has finished. chorusInvalidUsage where the calling
+ * thread's open group holds calls on comm (they run only at chorusGroupEnd). */
 chorusResult_t chorusCommFinalize(chorusComm_t comm);
 /* Free the communicator (after its operations finished). chorusInvalidUsage, nothing freed, where
  * the calling thread's open group (chorusGroupStart without its chorusGroupEnd yet) holds calls
@@ -159,8 +165,9 @@ chorusResult_t chorusSend(const void *sendbuff, size_t count, chorusDataType_t d
                           chorusComm_t comm, chorusStream_t stream);
 chorusResult_t chorusRecv(void *recvbuff, size_t count, chorusDataType_t datatype, int peer,
                           chorusComm_t comm, chorusStream_t stream);
-/* Calls between GroupStart and GroupEnd are issued together at GroupEnd (nestable): the group's
- * collectives (all-to-all included) run in issue order, then its sends and receives progress
+/* Calls between GroupStart and GroupEnd are issued together at GroupEnd (nestable): first the
+ * group's communicator initializations (chorusCommInitRank, chorusCommSplit), all at once; then
+ * its collectives (all-to-all included) in issue order, then its sends and receives progress
  * together, each matched with the peer's in the order both issued them. */
 chorusResult_t chorusGroupStart(void);
 chorusResult_t chorusGroupEnd(void);

@@ -162,7 +162,11 @@ chorusResult_t comm_check(chorusComm_t comm, const char *fn)
 {
     debug_clear_error();
     if (comm == NULL)
-        return ERR(chorusInvalidArgument, SUB_COLL, "%s: comm is NULL", fn);
+        return ERR(chorusInvalidArgument, SUB_COLL, "%s: comm is NULL%s", fn,
+                   group_inits_held() > 0
+                       ? " (a communicator this thread's open group initializes exists only once "
+                         "chorusGroupEnd returns)"
+                       : "");
     switch (comm_state(comm)) {
     case 1:
         break;
@@ -382,6 +386,16 @@ chorusResult_t comm_wait_idle(chorusComm_t comm, int64_t timeout_ms)
 chorusResult_t chorusCommFinalize(chorusComm_t comm)
 {
     CHECK(comm_check(comm, "chorusCommFinalize"));
+    /* Its calls held by this thread's open group run only at chorusGroupEnd: "finished" now
+     * would be false. */
+    int held = group_held(comm);
+    if (held > 0)
+        return comm_api_return(
+            comm, ERR(chorusInvalidUsage, SUB_INIT,
+                      "chorusCommFinalize (rank %d): this thread's open group (chorusGroupStart "
+                      "without chorusGroupEnd yet) holds %d call(s) on this communicator, which "
+                      "run only at chorusGroupEnd; call it first, then finalize",
+                      comm->rank, held));
     chorusResult_t res = comm_wait_idle(comm, comm->timeout_ms);
     if (res == chorusSuccess)
         res = comm->async_error;

@@ -376,8 +376,36 @@ static inline int group_active(void)
     return group_depth > 0;
 }
 chorusResult_t group_add(const comm_op_t *op);
-/* The calls this thread's open group holds for comm (0 outside a group). */
+/* The calls and chorusCommSplits this thread's open group holds on comm (0 outside a group). */
 int group_held(chorusComm_t comm);
+
+/* A communicator's initialization held by an open group (chorusCommInitRank or chorusCommSplit
+ * inside chorusGroupStart/End, NCCL's way for one thread to make several ranks): it runs at the
+ * outermost chorusGroupEnd, all of the group's at once, one thread each, before the group's
+ * calls; *comm_p is NULL until then. */
+typedef struct group_init {
+    chorusComm_t *comm_p;
+    chorusComm_t parent; /* chorusCommSplit's communicator; NULL: chorusCommInitRank's */
+    int nranks, rank; /* InitRank */
+    int color, key; /* Split */
+    int dev; /* the CUDA device current at the call (-1: none), as NCCL takes it */
+    boot_id_t id;
+    int has_config;
+    chorusConfig_t config;
+    chorusResult_t res;
+    char error[1024];
+} group_init_t;
+chorusResult_t group_add_init(const group_init_t *gi);
+/* The initializations this thread's open group holds (0 outside a group). */
+int group_inits_held(void);
+/* init.c: run gi (on any thread): its result in gi->res, its error text in gi->error. */
+void group_init_run(group_init_t *gi);
+/* init.c: the checks of a config that init makes, without a communicator (the environment
+ * loaded as init would). */
+chorusResult_t config_check(const chorusConfig_t *config);
+/* split.c: chorusCommSplit's work on an open communicator. */
+chorusResult_t comm_split(chorusComm_t comm, int color, int key, chorusComm_t *newcomm,
+                          const chorusConfig_t *config);
 
 /* stream.c */
 int stream_is_host(chorusStream_t stream);

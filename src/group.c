@@ -3,7 +3,10 @@
  * outermost GroupEnd they run together: the sends and receives of one communicator as one
  * progress loop (so a rank may send to and receive from any peers, itself included, without
  * deadlock), and the work of different communicators on different threads at the same time (one
- * thread driving several ranks, NCCL's single-process multi-device pattern).
+ * thread driving several ranks, NCCL's single-process multi-device pattern). Initializations in a
+ * group (chorusCommInitRank, chorusCommSplit) are held too and run first, all at once, one thread
+ * each: one thread making several ranks of a communicator so waited at its first init, for the
+ * whole CHORUS_TIMEOUT_MS, for ranks it had yet to start.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,6 +22,8 @@ __thread int group_depth TLS_HOT;
 typedef struct group_mem {
     comm_op_t *ops; /* the calls held: nops of cap */
     int nops, cap;
+    group_init_t *inits; /* the initializations held: ninits of icap */
+    int ninits, icap;
     scratch_t end; /* chorusGroupEnd's partition: sorted calls, parts, threads */
 } group_mem_t;
 
@@ -33,6 +38,7 @@ static void group_mem_free(void *arg)
 {
     group_mem_t *g = arg;
     free(g->ops);
+    free(g->inits);
     scratch_free(&g->end);
     free(g);
     group_mem = NULL;
@@ -43,17 +49,108 @@ static void group_key_make(void)
     group_key_ok = pthread_key_create(&group_key, group_mem_free) == 0;
 }
 
-chorusResult_t group_add(const comm_op_t *op)
+/* This thread's group memory, made at its first use (NULL: out of memory). */
+static group_mem_t *group_mem_get(void)
 {
     group_mem_t *g = group_mem;
     if (g == NULL) { /* this thread's first group: its memory is freed when the thread ends */
         if ((g = calloc(1, sizeof(*g))) == NULL)
-            return ERR(chorusSystemError, SUB_COLL, "out of memory for a group");
+            return NULL;
         pthread_once(&group_key_once, group_key_make);
         if (group_key_ok)
             pthread_setspecific(group_key, g);
         group_mem = g;
     }
+    return g;
+}
+
+chorusResult_t group_add_init(const group_init_t *gi)
+{
+    group_mem_t *g = group_mem_get();
+    if (g == NULL)
+        return ERR(chorusSystemError, SUB_INIT, "out of memory for a group");
+    if (g->ninits == g->icap) {
+        int cap = g->icap ? g->icap * 2 : 4;
+        group_init_t *inits = realloc(g->inits, sizeof(group_init_t) * cap);
+        if (inits == NULL)
+            return ERR(chorusSystemError, SUB_INIT, "out of memory for a group of %d inits", cap);
+        g->inits = inits;
+        g->icap = cap;
+    }
+    g->inits[g->ninits++] = *gi;
+    return chorusSuccess;
+}
+
+int group_inits_held(void)
+{
+    return group_depth > 0 && group_mem != NULL ? group_mem->ninits : 0;
+}
+
+static void *init_thread(void *arg)
+{
+    group_init_run(arg);
+    return NULL;
+}
+
+/* The group's initializations, all at once (one thread each; one alone on this thread); where
+ * any failed, none of their communicators is kept (as chorusCommInitAll) and the first error is
+ * returned. */
+static chorusResult_t run_inits(group_init_t *inits, int n)
+{
+    pthread_t *threads = calloc((size_t)n, sizeof(*threads));
+    char *started = calloc((size_t)n, 1);
+    if (threads == NULL || started == NULL) {
+        free(threads);
+        free(started);
+        return ERR(chorusSystemError, SUB_INIT, "out of memory for a group of %d inits", n);
+    }
+    for (int i = 0; i < n; i++) {
+        *inits[i].comm_p = NULL;
+        if (n > 1 && pthread_create(&threads[i], NULL, init_thread, &inits[i]) == 0)
+            started[i] = 1;
+        else if (n == 1)
+            group_init_run(&inits[i]);
+        else {
+            inits[i].res = ERR(chorusSystemError, SUB_INIT,
+                               "chorusGroupEnd: no thread for the group's init %d of %d", i + 1, n);
+            snprintf(inits[i].error, sizeof(inits[i].error), "%s", debug_last_error());
+        }
+    }
+    chorusResult_t res = chorusSuccess;
+    int failed = -1;
+    for (int i = 0; i < n; i++) {
+        if (started[i])
+            pthread_join(threads[i], NULL);
+        if (inits[i].res != chorusSuccess && failed < 0)
+            failed = i;
+    }
+    if (failed >= 0) {
+        const group_init_t *f = &inits[failed];
+        for (int i = 0; i < n; i++) {
+            comm_free(*inits[i].comm_p);
+            *inits[i].comm_p = NULL;
+        }
+        if (f->parent != NULL)
+            res = ERR(f->res, SUB_INIT,
+                      "chorusGroupEnd: the group's chorusCommSplit %d of %d failed (no "
+                      "communicator of the group's inits is kept): %s",
+                      failed + 1, n, f->error);
+        else
+            res = ERR(f->res, SUB_INIT,
+                      "chorusGroupEnd: the group's chorusCommInitRank of rank %d of %d failed (no "
+                      "communicator of the group's inits is kept): %s",
+                      f->rank, f->nranks, f->error);
+    }
+    free(threads);
+    free(started);
+    return res;
+}
+
+chorusResult_t group_add(const comm_op_t *op)
+{
+    group_mem_t *g = group_mem_get();
+    if (g == NULL)
+        return ERR(chorusSystemError, SUB_COLL, "out of memory for a group");
     if (g->nops == g->cap) {
         int cap = g->cap ? g->cap * 2 : 16;
         comm_op_t *ops = realloc(g->ops, sizeof(comm_op_t) * cap);
@@ -72,6 +169,8 @@ int group_held(chorusComm_t comm)
     int n = 0;
     for (int i = 0; group_depth > 0 && g != NULL && i < g->nops; i++)
         n += g->ops[i].comm == comm;
+    for (int i = 0; group_depth > 0 && g != NULL && i < g->ninits; i++)
+        n += g->inits[i].parent == comm;
     return n;
 }
 
@@ -109,8 +208,14 @@ chorusResult_t chorusGroupEnd(void)
     if (--group_depth > 0)
         return chorusSuccess;
     group_mem_t *g = group_mem;
+    chorusResult_t init_res = chorusSuccess;
+    if (g != NULL && g->ninits > 0) {
+        int n = g->ninits;
+        g->ninits = 0;
+        init_res = run_inits(g->inits, n);
+    }
     if (g == NULL || g->nops <= 0)
-        return chorusSuccess;
+        return init_res;
     comm_op_t *ops = g->ops;
     int nops = g->nops;
     g->nops = 0; /* the calls stay in g->ops until the next group's first call */
@@ -143,7 +248,7 @@ chorusResult_t chorusGroupEnd(void)
         p->n = (int)(sorted + k - p->ops);
     }
 
-    chorusResult_t res = chorusSuccess;
+    chorusResult_t res = init_res;
     int nblocking = 0;
     for (int p = 0; p < nparts; p++)
         nblocking += parts[p].stream == NULL;

@@ -235,7 +235,7 @@ static void log_graph(chorusComm_t comm, int c)
 }
 
 /* Apply config fields that are set (not CHORUS_CONFIG_UNDEF_INT) over the environment's values. */
-static chorusResult_t apply_config(chorusComm_t comm, const chorusConfig_t *config)
+static chorusResult_t apply_config(params_t *params, const chorusConfig_t *config)
 {
     if (config == NULL)
         return chorusSuccess;
@@ -250,19 +250,19 @@ static chorusResult_t apply_config(chorusComm_t comm, const chorusConfig_t *conf
         if (config->timeoutMs <= 0)
             return ERR(chorusInvalidArgument, SUB_INIT,
                        "config->timeoutMs=%d: must be a positive number of ms", config->timeoutMs);
-        comm->params.timeout_ms = config->timeoutMs;
+        params->timeout_ms = config->timeoutMs;
     }
     if (config->minChannels != CHORUS_CONFIG_UNDEF_INT) {
         if (config->minChannels < 1 || config->minChannels > MAX_CHANNELS)
             return ERR(chorusInvalidArgument, SUB_INIT, "config->minChannels=%d: allowed 1..%d",
                        config->minChannels, MAX_CHANNELS);
-        comm->params.min_nchannels = config->minChannels;
+        params->min_nchannels = config->minChannels;
     }
     if (config->maxChannels != CHORUS_CONFIG_UNDEF_INT) {
         if (config->maxChannels < 1 || config->maxChannels > MAX_CHANNELS)
             return ERR(chorusInvalidArgument, SUB_INIT, "config->maxChannels=%d: allowed 1..%d",
                        config->maxChannels, MAX_CHANNELS);
-        comm->params.max_nchannels = config->maxChannels;
+        params->max_nchannels = config->maxChannels;
     }
     if (config->size >= offsetof(chorusConfig_t, netName) + sizeof(config->netName) &&
         config->netName != NULL) {
@@ -271,11 +271,11 @@ static chorusResult_t apply_config(chorusComm_t comm, const chorusConfig_t *conf
                        "config->netName=\"%s\" names no net plugin (IB or Socket; NULL: "
                        "automatic)",
                        config->netName);
-        snprintf(comm->params.net, sizeof(comm->params.net), "%s", config->netName);
+        snprintf(params->net, sizeof(params->net), "%s", config->netName);
     }
-    if (comm->params.min_nchannels > comm->params.max_nchannels)
+    if (params->min_nchannels > params->max_nchannels)
         return ERR(chorusInvalidArgument, SUB_INIT, "minChannels %lld is above maxChannels %lld",
-                   (long long)comm->params.min_nchannels, (long long)comm->params.max_nchannels);
+                   (long long)params->min_nchannels, (long long)params->max_nchannels);
     return chorusSuccess;
 }
 
@@ -553,7 +553,7 @@ chorusResult_t comm_init(chorusComm_t *comm_p, int nranks, const boot_id_t *id, 
     comm->nranks = nranks;
     pthread_mutex_init(&comm->state_lock, NULL);
     CHECK_GOTO(params_load(&comm->params), res, err);
-    CHECK_GOTO(apply_config(comm, config), res, err);
+    CHECK_GOTO(apply_config(&comm->params, config), res, err);
     CHECK_GOTO(check_fifo_params(&comm->params), res, err);
     comm->timeout_ms = comm->params.timeout_ms;
     if (comm->params.nchannels > 0) {
@@ -676,6 +676,60 @@ chorusResult_t chorusGetUniqueId(chorusUniqueId *uniqueId)
     return chorusSuccess;
 }
 
+chorusResult_t config_check(const chorusConfig_t *config)
+{
+    params_t p;
+    CHECK(params_load(&p));
+    CHECK(apply_config(&p, config));
+    return check_fifo_params(&p);
+}
+
+/* Inside a group: the checks init makes before it connects, then the init held for
+ * chorusGroupEnd (group.c). */
+static chorusResult_t init_rank_held(chorusComm_t *comm, int nranks, const boot_id_t *id, int rank,
+                                     const chorusConfig_t *config)
+{
+    CHECK(debug_init());
+    if (id->magic != BOOT_MAGIC)
+        return ERR(chorusInvalidArgument, SUB_BOOT,
+                   "commId is not a Chorus unique id (bad magic): was it made by "
+                   "chorusGetUniqueId and carried intact to every rank?");
+    CHECK(config_check(config));
+    group_init_t gi;
+    memset(&gi, 0, sizeof(gi));
+    gi.comm_p = comm;
+    gi.nranks = nranks;
+    gi.rank = rank;
+    gi.dev = CHORUS_HAVE_CUDA ? cuda_current_device() : -1;
+    gi.id = *id;
+    if (config != NULL) { /* apply_config took its size: at least up to netName */
+        gi.has_config = 1;
+        gi.config = (chorusConfig_t)CHORUS_CONFIG_INITIALIZER;
+        memcpy(&gi.config, config,
+               config->size < sizeof(gi.config) ? config->size : sizeof(gi.config));
+        gi.config.size = sizeof(gi.config);
+    }
+    CHECK(group_add_init(&gi));
+    *comm = NULL;
+    return chorusSuccess;
+}
+
+void group_init_run(group_init_t *gi)
+{
+    const chorusConfig_t *config = gi->has_config ? &gi->config : NULL;
+    init_all_dev = gi->dev;
+    if (gi->parent != NULL) {
+        /* Destroyed or aborted since the call? (The registry's look; no read of its memory.) */
+        gi->res = comm_check(gi->parent, "chorusCommSplit (held by the group)");
+        if (gi->res == chorusSuccess)
+            gi->res = comm_split(gi->parent, gi->color, gi->key, gi->comm_p, config);
+    } else
+        gi->res = comm_init(gi->comm_p, gi->nranks, &gi->id, gi->rank, config);
+    init_all_dev = -1;
+    if (gi->res != chorusSuccess)
+        snprintf(gi->error, sizeof(gi->error), "%s", debug_last_error());
+}
+
 static chorusResult_t init_rank_checked(chorusComm_t *comm, int nranks, chorusUniqueId commId,
                                         int rank, chorusConfig_t *config)
 {
@@ -689,6 +743,8 @@ static chorusResult_t init_rank_checked(chorusComm_t *comm, int nranks, chorusUn
                    nranks - 1);
     boot_id_t id;
     memcpy(&id, commId.internal, sizeof(id));
+    if (group_active())
+        return init_rank_held(comm, nranks, &id, rank, config);
     return comm_init(comm, nranks, &id, rank, config);
 }
 

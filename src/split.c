@@ -21,6 +21,34 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
     if (newcomm == NULL)
         return comm_api_return(
             comm, ERR(chorusInvalidArgument, SUB_INIT, "chorusCommSplit: newcomm is NULL"));
+    if (group_active()) { /* held for chorusGroupEnd, as NCCL's (comm.h: group_init_t) */
+        chorusResult_t res = config_check(config);
+        group_init_t gi;
+        memset(&gi, 0, sizeof(gi));
+        gi.comm_p = newcomm;
+        gi.parent = comm;
+        gi.color = color;
+        gi.key = key;
+        gi.dev = comm->peers[comm->rank].cuda_dev; /* a rank keeps its parent's device */
+        if (config != NULL) {
+            gi.has_config = 1;
+            gi.config = (chorusConfig_t)CHORUS_CONFIG_INITIALIZER;
+            memcpy(&gi.config, config,
+                   config->size < sizeof(gi.config) ? config->size : sizeof(gi.config));
+            gi.config.size = sizeof(gi.config);
+        }
+        if (res == chorusSuccess)
+            res = group_add_init(&gi);
+        if (res == chorusSuccess)
+            *newcomm = NULL;
+        return comm_api_return(comm, res);
+    }
+    return comm_api_return(comm, comm_split(comm, color, key, newcomm, config));
+}
+
+chorusResult_t comm_split(chorusComm_t comm, int color, int key, chorusComm_t *newcomm,
+                          const chorusConfig_t *config)
+{
     chorusResult_t res = chorusSuccess;
     int n = comm->nranks;
     split_entry_t *all = calloc(n, sizeof(*all));
@@ -66,5 +94,5 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
 out:
     free(all);
     free(members);
-    return comm_api_return(comm, res);
+    return res;
 }

@@ -19,6 +19,15 @@
  * 5. The exec lock (fifo_excl_t) keeps a plain counter exact under four threads and a holder
  *    that makes the others sleep; four threads calling one communicator at once: every call
  *    right, each counted once.
+ * 6. NCCL's one-thread pattern: chorusCommInitRank of ranks 0-2 of one id inside one group (one
+ *    with a config) each return at once with a NULL handle, and chorusGroupEnd makes all three
+ *    (before, the first init waited its whole deadline for ranks its thread had yet to start);
+ *    a collective on such a handle inside the group is refused, saying it exists only after
+ *    chorusGroupEnd; a grouped all-reduce over them is right; chorusCommSplit of the three inside
+ *    a group likewise (sizes and ranks right); destroying or finalizing a communicator the open
+ *    group holds a split or a call on is refused; a bad id is refused at once inside a group; a
+ *    group whose init fails (rank 0 of 2 alone, deadline 300 ms) returns the error from
+ *    chorusGroupEnd naming the init, the handle NULL.
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
 #define _GNU_SOURCE
@@ -515,6 +524,110 @@ static void queries(void)
                            "collectives are copies");
 }
 
+/* ---- 6. initializations inside a group ---- */
+
+static void group_inits(void)
+{
+    long before = harness_failures;
+    enum { N = 3, COUNT = 1000 };
+    chorusComm_t comms[N] = {NULL, NULL, NULL};
+    chorusUniqueId id;
+    CHECK_OK(chorusGetUniqueId(&id));
+    chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 5000; /* an init that waits for the others fails in 5 s, not 10 minutes */
+    CHECK_OK(chorusGroupStart());
+    for (int r = 0; r < N; r++) {
+        comms[r] = (chorusComm_t)(uintptr_t)1; /* a NULL handle must come back */
+        chorusResult_t res = chorusCommInitRankConfig(&comms[r], N, id, r, &cfg);
+        if (res != chorusSuccess || comms[r] != NULL)
+            FAIL("chorusCommInitRank of rank %d inside a group: %d, handle %p (want success, "
+                 "NULL until chorusGroupEnd): %s",
+                 r, (int)res, (void *)comms[r], chorusGetLastError(NULL));
+    }
+    float x = 1, y = 0;
+    harness_expect_refused("an all-reduce on a handle its group initializes",
+                           chorusAllReduce(&x, &y, 1, chorusFloat32, chorusSum, comms[0], NULL),
+                           chorusInvalidArgument, chorusGetLastError(NULL), "NULL",
+                           "chorusGroupEnd");
+    CHECK_OK(chorusGroupEnd());
+    int ok = 1;
+    for (int r = 0; r < N; r++) {
+        int rank = -1, count = -1;
+        ok &= comms[r] != NULL && chorusCommUserRank(comms[r], &rank) == chorusSuccess &&
+              chorusCommCount(comms[r], &count) == chorusSuccess && rank == r && count == N;
+    }
+    if (!ok)
+        FAIL("the group's inits did not make ranks 0-%d of %d", N - 1, N);
+    /* One thread drives all three: a grouped all-reduce, then splits in a group. */
+    float in[N][COUNT], out[N][COUNT];
+    for (int r = 0; ok && r < N; r++)
+        for (int i = 0; i < COUNT; i++)
+            in[r][i] = (float)(r * 1000 + i);
+    CHECK_OK(chorusGroupStart());
+    for (int r = 0; ok && r < N; r++)
+        CHECK_OK(chorusAllReduce(in[r], out[r], COUNT, chorusFloat32, chorusSum, comms[r], NULL));
+    CHECK_OK(chorusGroupEnd());
+    for (int r = 0; ok && r < N; r++)
+        for (int i = 0; i < COUNT; i++)
+            if (out[r][i] != (float)(3000 + 3 * i)) {
+                FAIL("rank %d: the grouped all-reduce's element %d is %g, want %g", r, i,
+                     (double)out[r][i], (double)(3000 + 3 * i));
+                break;
+            }
+    chorusComm_t halves[N] = {NULL, NULL, NULL};
+    CHECK_OK(chorusGroupStart());
+    for (int r = 0; ok && r < N; r++)
+        CHECK_OK(chorusCommSplit(comms[r], r % 2, -r, &halves[r], NULL));
+    harness_expect_refused("destroying a communicator the open group splits",
+                           chorusCommDestroy(comms[0]), chorusInvalidUsage,
+                           chorusGetLastError(NULL), "open group", "chorusGroupEnd");
+    CHECK_OK(chorusGroupEnd());
+    for (int r = 0; ok && r < N; r++) {
+        int rank = -1, count = -1, want_count = r % 2 ? 1 : 2, want_rank = r == 0 ? 1 : 0;
+        if (halves[r] == NULL || chorusCommUserRank(halves[r], &rank) != chorusSuccess ||
+            chorusCommCount(halves[r], &count) != chorusSuccess || rank != want_rank ||
+            count != want_count)
+            FAIL("split in a group: parent rank %d got rank %d of %d, want %d of %d", r, rank,
+                 count, want_rank, want_count);
+    }
+    for (int r = 0; r < N; r++)
+        if (halves[r] != NULL)
+            CHECK_OK(chorusCommDestroy(halves[r]));
+    CHECK_OK(chorusGroupStart());
+    CHECK_OK(chorusAllReduce(&x, &y, 1, chorusFloat32, chorusSum, comms[0], NULL));
+    harness_expect_refused("finalizing a communicator the open group holds a call on",
+                           chorusCommFinalize(comms[0]), chorusInvalidUsage,
+                           chorusGetLastError(comms[0]), "open group", "chorusGroupEnd");
+    for (int r = 1; r < N; r++)
+        CHECK_OK(chorusAllReduce(&x, &y, 1, chorusFloat32, chorusSum, comms[r], NULL));
+    CHECK_OK(chorusGroupEnd());
+    for (int r = 0; r < N; r++)
+        if (comms[r] != NULL)
+            CHECK_OK(chorusCommDestroy(comms[r]));
+
+    /* A bad id inside a group: refused at once. An init that fails: at chorusGroupEnd. */
+    chorusUniqueId bad;
+    memset(&bad, 0x5a, sizeof(bad));
+    chorusComm_t lone = NULL;
+    CHECK_OK(chorusGroupStart());
+    harness_expect_refused("an init inside a group with a bad id",
+                           chorusCommInitRank(&lone, 2, bad, 0), chorusInvalidArgument,
+                           chorusGetLastError(NULL), "commId", "magic");
+    CHECK_OK(chorusGetUniqueId(&id));
+    cfg.timeoutMs = 300;
+    CHECK_OK(chorusCommInitRankConfig(&lone, 2, id, 0, &cfg));
+    chorusResult_t res = chorusGroupEnd();
+    if (res == chorusSuccess || lone != NULL)
+        FAIL("a group whose init of rank 0 of 2 could not finish: chorusGroupEnd %d, handle %p",
+             (int)res, (void *)lone);
+    else if (strstr(chorusGetLastError(NULL), "chorusCommInitRank of rank 0 of 2") == NULL)
+        FAIL("chorusGroupEnd's error does not name the init: %s", chorusGetLastError(NULL));
+    harness_report(before, "one thread initializes 3 ranks inside a group, splits them in a "
+                           "group, and runs a grouped all-reduce over them; handles NULL until "
+                           "chorusGroupEnd; destroy and finalize of held communicators and a bad "
+                           "id refused; a failed init reported by chorusGroupEnd");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -525,5 +638,6 @@ int main(void)
     queries();
     excl_lock();
     shared_comm();
+    group_inits();
     return harness_finish("test_lifecycle");
 }
