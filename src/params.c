@@ -218,12 +218,18 @@ const char *params_raw(const char *name)
     return getenv(name);
 }
 
-/* Parse text as an integer with an optional K/M/G suffix when bytes is set. */
+/* Parse text as an integer with an optional K/M/G suffix when bytes is set: decimal, or hex after
+ * 0x (a leading 0 is no octal prefix: CHORUS_TIMEOUT_MS=010 was 8 ms). */
 static chorusResult_t parse_int(const param_def_t *d, const char *text, int64_t *value_p)
 {
     char *end = NULL;
+    const char *t = text;
+    while (*t == ' ' || *t == '\t')
+        t++;
+    if (*t == '+' || *t == '-')
+        t++;
     errno = 0;
-    long long v = strtoll(text, &end, 0);
+    long long v = strtoll(text, &end, t[0] == '0' && (t[1] == 'x' || t[1] == 'X') ? 16 : 10);
     if (errno != 0 || end == text)
         goto bad;
     if (d->type == PT_BYTES && *end != '\0') {

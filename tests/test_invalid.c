@@ -829,6 +829,7 @@ static void run_env(void)
         {"CHORUS_TIMEOUT_MS", "0", NULL},     {"CHORUS_TIMEOUT_MS", "12x", NULL},
         {"CHORUS_STEPS", "1", NULL},          {"CHORUS_SPIN", "fast", NULL},
         {"CHORUS_P2P_BUFFSIZE", "100", NULL}, {"CHORUS_MIN_NCHANNELS", "0", NULL},
+        {"CHORUS_NCHANNELS", "033", NULL}, /* 33 (decimal: no octal), above 32 */
     };
     chorusUniqueId id;
     CHECK_OK(chorusGetUniqueId(&id)); /* made while the environment is clean */
