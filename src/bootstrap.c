@@ -180,6 +180,22 @@ static chorusResult_t rendezvous(boot_t *b, const boot_id_t *id, const sock_addr
                        b->rank, m.nmissing, b->nranks, str, list,
                        m.nmissing > shown ? ", ..." : "");
         }
+        if (r.magic == BOOT_MAGIC &&
+            (r.status == ROOT_REPLY_DUP_RANK || r.status == ROOT_REPLY_JOB_NRANKS)) {
+            close(fd);
+            boot_root_wait_replies(1500); /* the others hear it before this process can exit */
+            if (r.status == ROOT_REPLY_DUP_RANK)
+                return ERR(chorusInvalidUsage, SUB_BOOT,
+                           "rank %d: init failed: two processes passed rank %d with this unique "
+                           "id (the bootstrap root at %s refused the job): does every process "
+                           "pass its own rank, 0..nranks-1?",
+                           b->rank, r.nranks, str);
+            return ERR(chorusInvalidUsage, SUB_BOOT,
+                       "rank %d: init failed: rank %d passed another nranks than the first rank's "
+                       "with this unique id (the bootstrap root at %s refused the job): do all "
+                       "ranks pass the same nranks?",
+                       b->rank, r.nranks, str);
+        }
         const char *why = boot_check_root_reply(&r, b->nranks);
         if (why != NULL && r.magic != BOOT_MAGIC) {
             close(fd);

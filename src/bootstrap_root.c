@@ -64,9 +64,14 @@ static void *root_thread(void *arg)
     free(arg);
     pending_set_t pend = {0};
     int nranks = -1, arrived = 0;
+    /* Once a rank of this job gave another count, or a rank came twice, the job cannot form:
+     * broken is then the reply's status and culprit the rank at fault, told at once to every
+     * rank that came and to any that comes before the deadline (they waited for it, then blamed
+     * a rank that was fine). */
+    int broken = 0, culprit = -1;
     int *rank_fd = NULL;
     sock_addr_t *addrs = NULL;
-    while (arrived != nranks && fifo_now_ns() < a.deadline) {
+    while ((broken || arrived != nranks) && fifo_now_ns() < a.deadline) {
         struct pollfd fds[257];
         int nfds = 0;
         fds[nfds++] = (struct pollfd){a.listen_fd, POLLIN, 0};
@@ -102,16 +107,40 @@ static void *root_thread(void *arg)
                 for (int r = 0; r < nranks; r++)
                     rank_fd[r] = -1;
             }
-            if (why != NULL && nranks > 0 && h.magic == BOOT_MAGIC && h.secret == a.secret &&
-                h.nranks != nranks) {
-                /* One of this job (its secret) told another rank count: answered with this
-                 * root's, so it fails at once saying so (it waited for its deadline, or found
-                 * the root gone, and no message named the count). */
-                char say[128];
-                root_reply_t r = {BOOT_MAGIC, nranks, ROOT_REPLY_NRANKS};
+            int ours = h.magic == BOOT_MAGIC && h.secret == a.secret;
+            if (ours && broken) {
+                root_reply_t r = {BOOT_MAGIC, culprit, broken};
                 sock_send_all(p->fd, &r, sizeof(r), now + 100000000);
-                snprintf(say, sizeof(say), "rank %d gave nranks %d where the first rank gave %d",
-                         h.rank, h.nranks, nranks);
+                pending_refuse(&pend, p, "bootstrap root", "the job cannot form (told it)");
+                pending_remove(&pend, i, 1);
+                continue;
+            }
+            if (why != NULL && nranks > 0 && ours &&
+                (h.nranks != nranks || (h.rank >= 0 && h.rank < nranks && rank_fd[h.rank] >= 0))) {
+                broken = h.nranks != nranks ? ROOT_REPLY_JOB_NRANKS : ROOT_REPLY_DUP_RANK;
+                culprit = h.rank;
+                root_reply_t tell = {BOOT_MAGIC, culprit, broken};
+                /* The one at fault first: told the root's count (another count), or told as the
+                 * others (a rank twice). Then the ranks that came: one of them may host this
+                 * root and exit once told, so the replies count as owed (replying_add) until
+                 * sent, and a rank told waits for them (boot_root_wait_replies). */
+                root_reply_t mine = {BOOT_MAGIC, nranks, ROOT_REPLY_NRANKS};
+                replying_add(1);
+                sock_send_all(p->fd, broken == ROOT_REPLY_DUP_RANK ? &tell : &mine, sizeof(tell),
+                              now + 100000000);
+                for (int q = 0; q < nranks; q++)
+                    if (rank_fd[q] >= 0) {
+                        sock_send_all(rank_fd[q], &tell, sizeof(tell), now + 100000000);
+                        close(rank_fd[q]);
+                        rank_fd[q] = -1;
+                    }
+                replying_add(-1);
+                arrived = 0;
+                char say[128];
+                snprintf(say, sizeof(say), "%s %d; every rank of the job is told its init fails",
+                         broken == ROOT_REPLY_DUP_RANK ? "two connections gave rank"
+                                                       : "another rank count from rank",
+                         culprit);
                 pending_refuse(&pend, p, "bootstrap root", say);
                 pending_remove(&pend, i, 1);
                 continue;
@@ -127,7 +156,9 @@ static void *root_thread(void *arg)
             pending_remove(&pend, i, 0);
         }
     }
-    if (arrived == nranks) {
+    if (broken) {
+        INFO(SUB_BOOT, "bootstrap root: the job could not form; its deadline passed");
+    } else if (arrived == nranks) {
         root_reply_t r = {BOOT_MAGIC, nranks, ROOT_REPLY_OK};
         int64_t deadline = fifo_now_ns() + HELLO_TIMEOUT_NS * 2;
         for (int i = 0; i < nranks; i++) {

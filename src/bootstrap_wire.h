@@ -33,8 +33,16 @@ typedef struct __attribute__((packed)) root_reply {
 } root_reply_t;
 _Static_assert(sizeof(root_reply_t) == 16, "wire format");
 /* ROOT_REPLY_NRANKS: a rank of this job (its secret) gave another rank count; the reply's nranks
- * is the root's, and nothing follows. */
-enum { ROOT_REPLY_OK = 0, ROOT_REPLY_MISSING = 1, ROOT_REPLY_NRANKS = 2 };
+ * is the root's, and nothing follows. ROOT_REPLY_JOB_NRANKS, ROOT_REPLY_DUP_RANK: the job cannot
+ * form (a rank gave another count; two processes gave one rank), told to every rank of it that
+ * came or comes before the root's deadline; the reply's nranks is the rank at fault. */
+enum {
+    ROOT_REPLY_OK = 0,
+    ROOT_REPLY_MISSING = 1,
+    ROOT_REPLY_NRANKS = 2,
+    ROOT_REPLY_JOB_NRANKS = 3,
+    ROOT_REPLY_DUP_RANK = 4
+};
 
 #define ROOT_MISSING_MAX 16
 typedef struct __attribute__((packed)) root_missing {

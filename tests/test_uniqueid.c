@@ -12,6 +12,11 @@
  *    1000 while the real ranks 0 and 2 wait: the init fails in bounded time (no hang), then the
  *    real rank 1 joins and all three all-reduce exactly. An id whose root port is closed fails the
  *    same way.
+ * 4. Jobs that cannot form, two thread ranks each with config timeoutMs 20000: both pass rank 0;
+ *    one passes nranks 2 and the other 3. Every rank fails at once (well inside the deadline)
+ *    with chorusInvalidUsage naming the fault: the bootstrap root tells every rank of the job.
+ *    Before, the rank the root did not refuse waited out its deadline and then blamed a rank
+ *    that had come ("never reached the bootstrap root").
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
 #define _GNU_SOURCE
@@ -308,6 +313,64 @@ static void tampered(void)
                            "the same way");
 }
 
+/* ---- 4. jobs that cannot form ---- */
+
+typedef struct bad_rank {
+    chorusUniqueId id;
+    int rank, nranks;
+    chorusResult_t res;
+    char text[1024];
+    double took_s;
+} bad_rank_t;
+
+static void *bad_rank_thread(void *p)
+{
+    bad_rank_t *a = p;
+    chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 20000;
+    chorusComm_t comm = NULL;
+    double t0 = harness_now_s();
+    a->res = chorusCommInitRankConfig(&comm, a->nranks, a->id, a->rank, &cfg);
+    a->took_s = harness_now_s() - t0;
+    snprintf(a->text, sizeof(a->text), "%s", chorusGetLastError(NULL));
+    if (a->res == chorusSuccess)
+        chorusCommDestroy(comm);
+    return NULL;
+}
+
+/* Ranks (rank, nranks) of one fresh id at once; each must fail with chorusInvalidUsage within
+ * 10 s (a hang check: the deadline is 20 s) and a text holding one of want0, want1. */
+static void cannot_form(const char *what, int rank0, int nranks0, int rank1, int nranks1,
+                        const char *want0, const char *want1)
+{
+    chorusUniqueId id;
+    CHECK_OK(chorusGetUniqueId(&id));
+    bad_rank_t r[2] = {{id, rank0, nranks0, chorusSuccess, "", 0},
+                       {id, rank1, nranks1, chorusSuccess, "", 0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, bad_rank_thread, &r[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        if (r[i].res != chorusInvalidUsage || r[i].took_s > 10.0 ||
+            (strstr(r[i].text, want0) == NULL && strstr(r[i].text, want1) == NULL))
+            FAIL("%s: the init of rank %d (nranks %d) gave %s after %.2f s: %s", what, r[i].rank,
+                 r[i].nranks, chorusGetErrorString(r[i].res), r[i].took_s, r[i].text);
+        else
+            printf("     %s: rank %d after %.2f s: %s\n", what, r[i].rank, r[i].took_s, r[i].text);
+    }
+}
+
+static void cannot_form_jobs(void)
+{
+    long before = harness_failures;
+    cannot_form("two ranks 0", 0, 2, 0, 2, "two processes passed rank 0", "two processes");
+    cannot_form("nranks 2 and 3", 0, 2, 1, 3, "another nranks", "answered for");
+    harness_report(before, "a job whose ranks pass one rank twice, or two rank counts: every "
+                           "rank's init fails at once with chorusInvalidUsage naming it");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -315,5 +378,6 @@ int main(void)
     distinct_ids();
     rogue_connections();
     tampered();
+    cannot_form_jobs();
     return harness_finish("test_uniqueid");
 }
