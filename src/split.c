@@ -61,8 +61,17 @@ chorusResult_t comm_split(chorusComm_t comm, int color, int key, chorusComm_t *n
     fifo_excl_lock(&comm->exec_lock);
     res = boot_allgather(comm->boot, all, sizeof(*all));
     fifo_excl_unlock(&comm->exec_lock);
-    if (res != chorusSuccess)
+    if (res != chorusSuccess) {
+        /* The exchange passes each rank's entry along the ranks, so a rank that never calls
+         * is reported as a silent neighbour: say what the exchange was. */
+        char cause[1024];
+        snprintf(cause, sizeof(cause), "%s", debug_last_error());
+        res = ERR(res, SUB_INIT,
+                  "chorusCommSplit (rank %d of %d): the exchange of colors and keys failed: do "
+                  "all %d ranks of the communicator call chorusCommSplit? (%s)",
+                  comm->rank, n, n, cause);
         goto out;
+    }
     *newcomm = NULL;
     if (color < 0)
         goto out;

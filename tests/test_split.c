@@ -8,7 +8,8 @@
  * others split by rank % 2 with key 0, so ties keep parent order. Split 3 splits split 1's parts
  * again (color = new rank % 2, key = new rank, with a config). Split 4: everyone one color, key 0:
  * the same ranks in the same order. Afterwards the parent still all-reduces correctly, and every
- * communicator is destroyed, children first.
+ * communicator is destroyed, children first. Then, on three ranks with a 1 s deadline, a split
+ * that rank 2 never calls fails on the others naming chorusCommSplit.
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
 #include <stdint.h>
@@ -143,6 +144,22 @@ static void rank_thread(chorusComm_t comm, int r, int n)
     check_part("the parent after the splits", comm, r, members, N);
 }
 
+/* Three thread ranks, deadline 1 s; rank 2 never splits: the others' splits fail naming the
+ * split and asking whether every rank calls it (the exchange blamed a neighbour alone). */
+static void missing_rank(chorusComm_t comm, int r, int n)
+{
+    (void)n;
+    if (r == 2)
+        return;
+    chorusComm_t part = NULL;
+    chorusResult_t res = chorusCommSplit(comm, 0, r, &part, NULL);
+    const char *text = chorusGetLastError(comm);
+    if (res == chorusSuccess)
+        CHECK_OK(chorusCommDestroy(part));
+    harness_expect_refused("a split rank 2 never calls", res, chorusTimeout, text,
+                           "chorusCommSplit", "do all 3 ranks");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -154,5 +171,17 @@ int main(void)
     harness_report(0, "split by rank%%3 with reversed keys (sizes 3,3,2), NOCOLOR gives NULL, "
                       "ties keep parent order, split of a split, one-color split; rank/count, "
                       "all-reduce and broadcast in every part; the parent still works");
+    long before = harness_failures;
+    setenv("CHORUS_TIMEOUT_MS", "1000", 1);
+    chorusComm_t three[3];
+    if (harness_init_all(three, 3) == 0) {
+        harness_run_ranks(three, 3, missing_rank);
+        for (int r = 0; r < 3; r++)
+            chorusCommDestroy(three[r]); /* the two that failed may be aborted: either way */
+    }
+    unsetenv("CHORUS_TIMEOUT_MS");
+    harness_report(before, "a split that rank 2 of 3 never calls fails on the others with "
+                           "chorusTimeout naming chorusCommSplit and asking whether all ranks "
+                           "call it");
     return harness_finish("test_split");
 }
