@@ -301,11 +301,15 @@ static int who_is_missing(chorusComm_t comm, uint64_t seq, int stuck_peer, int *
                          nnever > 1 ? "s" : "", never, (unsigned long long)seq, first_never,
                          (unsigned long long)never_last);
     if (nstuck && used < len)
-        used += snprintf(out + used, len - used, "rank%s %s entered it and wait too; ",
-                         nstuck > 1 ? "s" : "", stuck);
+        used += snprintf(out + used, len - used, "rank%s %s entered it and wait%s too; ",
+                         nstuck > 1 ? "s" : "", stuck, nstuck > 1 ? "" : "s");
     if (!ndead && !nsilent && !nnever && seq != 0 && used < len)
         used += snprintf(out + used, len - used,
-                         "every rank entered it: rank %d is slow or deadlocked; ", stuck_peer);
+                         "every rank entered it: rank %d is slow or deadlocked%s; ", stuck_peer,
+                         comm->params.check_args
+                             ? ""
+                             : ", or the ranks called it with different counts, datatypes or "
+                               "roots (CHORUS_CHECK_ARGS=1 compares them)");
     if (used < len)
         snprintf(out + used, len - used, "this rank waited on rank %d (host %s)", stuck_peer,
                  host_of(comm, stuck_peer, host, sizeof(host)));

@@ -15,7 +15,9 @@
  * checked the size a rank published with its address, process_vm_writev wrote up to 1 MiB past the
  * smaller call's buffers in its process and both calls returned success (all-reduce, all-gather),
  * and a broadcast wrote past them and then failed "please report"; the push wrote 512 KiB past the
- * smaller call's output in its chorusMemAlloc memory, and both returned success.
+ * smaller call's output in its chorusMemAlloc memory, and both returned success. Last, rank 0
+ * all-reduces 2 floats where rank 1 broadcasts them (deadline 2 s): both fail, and the timeout's
+ * text suggests CHORUS_CHECK_ARGS=1.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -119,6 +121,44 @@ static void run_case(enum coll c, size_t count0, size_t count1, int memalloc)
                    : "both failed, the error asks about the counts, guards intact");
 }
 
+/* Rank 0 all-reduces 2 floats where rank 1 broadcasts them, deadline 2 s: each waits for flags
+ * the other's call does not set; both time out, and the error suggests CHORUS_CHECK_ARGS (it said
+ * only "slow or deadlocked"). */
+static void run_kinds_apart(void)
+{
+    long before = harness_failures;
+    chorusUniqueId id;
+    if (me == 0)
+        CHECK_OK(chorusGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    chorusConfig_t cfg = CHORUS_CONFIG_INITIALIZER;
+    cfg.timeoutMs = 2000;
+    chorusComm_t comm = NULL;
+    CHECK_OK(chorusCommInitRankConfig(&comm, nranks, id, me, &cfg));
+    float in[2] = {1, 2}, out[2] = {0, 0};
+    chorusResult_t res = chorusInternalError;
+    char text[1024] = "";
+    if (comm != NULL) {
+        res = me == 0 ? chorusAllReduce(in, out, 2, chorusFloat32, chorusSum, comm, NULL)
+                      : chorusBroadcast(in, out, 2, chorusFloat32, 0, comm, NULL);
+        snprintf(text, sizeof(text), "%s", chorusGetLastError(comm));
+    }
+    if (res == chorusSuccess)
+        FAIL("rank %d: an all-reduce against a broadcast returned success", me);
+    int said = strstr(text, "CHORUS_CHECK_ARGS=1") != NULL, any_said = 0;
+    MPI_Allreduce(&said, &any_said, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!any_said)
+        FAIL("rank %d: no rank's error suggests CHORUS_CHECK_ARGS: %s", me, text);
+    if (comm != NULL)
+        chorusCommDestroy(comm); /* aborted by the failure: either way */
+    long mine = harness_failures - before, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (me == 0)
+        printf("%s an all-reduce on rank 0 against a broadcast on rank 1: %s\n",
+               all ? "FAIL" : "PASS",
+               all ? "see the failures above" : "both failed, suggesting CHORUS_CHECK_ARGS=1");
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -140,10 +180,11 @@ int main(int argc, char **argv)
     run_case(C_ALLREDUCE, 16384, 4096, 0);
     run_case(C_ALLGATHER, 262144, 65536, 1);
     run_case(C_ALLGATHER, 65536, 262144, 1);
+    run_kinds_apart();
     long total = 0;
     MPI_Allreduce(&harness_failures, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (me == 0)
-        printf("%s test_count_mismatch: 9 calls with the counts of 2 ranks apart refused, nothing "
+        printf("%s test_count_mismatch: 10 calls with the counts of 2 ranks apart refused, nothing "
                "written past a buffer\n",
                total ? "FAIL" : "PASS");
     MPI_Finalize();
