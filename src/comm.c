@@ -520,6 +520,11 @@ chorusResult_t chorusCommTuningInfo(chorusComm_t comm, const char *coll, size_t 
         return comm_api_return(comm, ERR(chorusInvalidArgument, SUB_TUNING,
                                          "chorusCommTuningInfo (rank %d): %s is NULL", comm->rank,
                                          algo == NULL ? "algo" : "predictedUs"));
+    if (count > SIZE_MAX / dtype_nbytes(datatype))
+        return comm_api_return(comm, ERR(chorusInvalidArgument, SUB_TUNING,
+                                         "chorusCommTuningInfo (rank %d): count %zu of %zu-byte "
+                                         "elements overflows size_t",
+                                         comm->rank, count, dtype_nbytes(datatype)));
     tune_choice_t c = tune_pick(&comm->tuner, (coll_kind_t)kind, count * dtype_nbytes(datatype));
     *algo = algo_name(c.algo);
     *predictedUs = c.predicted_us;

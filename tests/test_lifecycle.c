@@ -14,8 +14,10 @@
  *    it returns, without chorusStreamSynchronize.
  * 4. chorusGetVersion is CHORUS_VERSION_CODE; chorusGetErrorString is non-empty and distinct for
  *    every code (and non-empty for an unknown one); chorusCommCount/UserRank/CuDevice give n, the
- *    rank and -1; NULL outputs and a NULL comm are chorusInvalidArgument (Destroy/Abort of NULL
- *    may also be a no-op, as in NCCL); a 1-rank communicator runs every collective as a copy.
+ *    rank and -1; chorusCommTuningInfo names an algorithm and a positive time, and refuses an
+ *    unknown collective and a count whose bytes overflow; NULL outputs and a NULL comm are
+ *    chorusInvalidArgument (Destroy/Abort of NULL may also be a no-op, as in NCCL); a 1-rank
+ *    communicator runs every collective as a copy.
  * 5. The exec lock (fifo_excl_t) keeps a plain counter exact under four threads and a holder
  *    that makes the others sleep; four threads calling one communicator at once: every call
  *    right, each counted once.
@@ -487,6 +489,17 @@ static void queries(void)
     CHECK_RES(chorusCommUserRank(NULL, &x), chorusInvalidArgument);
     CHECK_RES(chorusCommCuDevice(NULL, &x), chorusInvalidArgument);
     CHECK_RES(chorusCommFinalize(NULL), chorusInvalidArgument);
+    const char *algo = NULL;
+    double us = -1;
+    CHECK_OK(chorusCommTuningInfo(comms[0], "allreduce", 1024, chorusFloat32, &algo, &us));
+    if (algo == NULL || algo[0] == '\0' || !(us > 0))
+        FAIL("chorusCommTuningInfo: algo %s, predicted %g us", algo ? algo : "(null)", us);
+    CHECK_RES(chorusCommTuningInfo(comms[0], "allsum", 1024, chorusFloat32, &algo, &us),
+              chorusInvalidArgument);
+    harness_expect_refused(
+        "chorusCommTuningInfo with count SIZE_MAX / 2 floats",
+        chorusCommTuningInfo(comms[0], "allreduce", SIZE_MAX / 2, chorusFloat32, &algo, &us),
+        chorusInvalidArgument, chorusGetLastError(comms[0]), "count", "overflows");
     /* NCCL accepts a NULL comm in Destroy/Abort as a no-op; refusing it is fine too. */
     chorusResult_t rd = chorusCommDestroy(NULL), ra = chorusCommAbort(NULL);
     if ((rd != chorusSuccess && rd != chorusInvalidArgument) ||
@@ -520,8 +533,8 @@ static void queries(void)
         FAIL("1-rank self send/recv is not a copy");
     CHECK_OK(chorusCommDestroy(one));
     harness_report(before, "chorusGetVersion, chorusGetErrorString for every code, "
-                           "Count/UserRank/CuDevice(-1), NULL arguments refused, 1-rank "
-                           "collectives are copies");
+                           "Count/UserRank/CuDevice(-1), TuningInfo (a name, an overflowing count "
+                           "refused), NULL arguments refused, 1-rank collectives are copies");
 }
 
 /* ---- 6. initializations inside a group ---- */
