@@ -9,6 +9,7 @@
  * whole CHORUS_TIMEOUT_MS, for ranks it had yet to start.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,9 +87,30 @@ int group_inits_held(void)
     return group_depth > 0 && group_mem != NULL ? group_mem->ninits : 0;
 }
 
+/* The inits' threads start only once all of them exist (as chorusCommInitAll's): where one
+ * cannot be made, the others give up at once rather than wait their deadline for its rank. */
+typedef struct init_start {
+    group_init_t *gi;
+    pthread_mutex_t *lock;
+    pthread_cond_t *cv;
+    int *state; /* 0: wait; 1: go; 2: give up */
+} init_start_t;
+
 static void *init_thread(void *arg)
 {
-    group_init_run(arg);
+    init_start_t *st = arg;
+    pthread_mutex_lock(st->lock);
+    while (*st->state == 0)
+        pthread_cond_wait(st->cv, st->lock);
+    int go = *st->state == 1;
+    pthread_mutex_unlock(st->lock);
+    if (go) {
+        group_init_run(st->gi);
+    } else {
+        st->gi->res = chorusSystemError;
+        snprintf(st->gi->error, sizeof(st->gi->error),
+                 "not started: a thread for another init of the group could not be made");
+    }
     return NULL;
 }
 
@@ -99,23 +121,36 @@ static chorusResult_t run_inits(group_init_t *inits, int n)
 {
     pthread_t *threads = calloc((size_t)n, sizeof(*threads));
     char *started = calloc((size_t)n, 1);
-    if (threads == NULL || started == NULL) {
+    init_start_t *starts = calloc((size_t)n, sizeof(*starts));
+    if (threads == NULL || started == NULL || starts == NULL) {
         free(threads);
         free(started);
+        free(starts);
         return ERR(chorusSystemError, SUB_INIT, "out of memory for a group of %d inits", n);
     }
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    int state = 0, made = 1;
     for (int i = 0; i < n; i++) {
         *inits[i].comm_p = NULL;
-        if (n > 1 && pthread_create(&threads[i], NULL, init_thread, &inits[i]) == 0)
-            started[i] = 1;
-        else if (n == 1)
+        starts[i] = (init_start_t){&inits[i], &lock, &cv, &state};
+        if (n == 1) {
             group_init_run(&inits[i]);
-        else {
+        } else if (made && pthread_create(&threads[i], NULL, init_thread, &starts[i]) == 0) {
+            started[i] = 1;
+        } else {
+            made = 0;
             inits[i].res = ERR(chorusSystemError, SUB_INIT,
-                               "chorusGroupEnd: no thread for the group's init %d of %d", i + 1, n);
+                               "chorusGroupEnd: cannot start a thread for the group's init %d of "
+                               "%d: raise the process's thread or memory limits",
+                               i + 1, n);
             snprintf(inits[i].error, sizeof(inits[i].error), "%s", debug_last_error());
         }
     }
+    pthread_mutex_lock(&lock);
+    state = made ? 1 : 2;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&lock);
     chorusResult_t res = chorusSuccess;
     int failed = -1;
     for (int i = 0; i < n; i++) {
@@ -143,6 +178,7 @@ static chorusResult_t run_inits(group_init_t *inits, int n)
     }
     free(threads);
     free(started);
+    free(starts);
     return res;
 }
 

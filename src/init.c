@@ -759,18 +759,44 @@ chorusResult_t chorusCommInitRankConfig(chorusComm_t *comm, int nranks, chorusUn
     return init_rank_checked(comm, nranks, commId, rank, config);
 }
 
+/* chorusCommInitAll's threads start initializing only once all of them exist: where one cannot
+ * be made, the others return at once rather than wait their whole deadline for its rank. */
+typedef struct init_gate {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int state; /* 0: wait; 1: go; 2: give up */
+} init_gate_t;
+
 typedef struct init_all_arg {
     chorusComm_t *comm_p;
     int nranks, rank;
     int dev; /* devlist[rank], the caller's current device, or -1 */
     boot_id_t id;
+    init_gate_t *gate;
     chorusResult_t res;
     char error[1024];
 } init_all_arg_t;
 
+static void init_gate_set(init_gate_t *g, int state)
+{
+    pthread_mutex_lock(&g->lock);
+    g->state = state;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->lock);
+}
+
 static void *init_all_thread(void *arg)
 {
     init_all_arg_t *a = arg;
+    pthread_mutex_lock(&a->gate->lock);
+    while (a->gate->state == 0)
+        pthread_cond_wait(&a->gate->cv, &a->gate->lock);
+    int go = a->gate->state == 1;
+    pthread_mutex_unlock(&a->gate->lock);
+    if (!go) {
+        a->res = chorusSystemError; /* the caller reports why */
+        return NULL;
+    }
     init_all_dev = a->dev;
     a->res = comm_init(a->comm_p, a->nranks, &a->id, a->rank, NULL);
     init_all_dev = -1;
@@ -816,21 +842,30 @@ chorusResult_t chorusCommInitAll(chorusComm_t *comms, int ndev, const int *devli
     }
     chorusResult_t res = chorusSuccess;
     int started = 0;
+    init_gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     for (int i = 0; i < ndev; i++) {
         comms[i] = NULL;
-        args[i] = (init_all_arg_t){
-            .comm_p = &comms[i], .nranks = ndev, .rank = i, .dev = devlist ? devlist[i] : caller};
+        args[i] = (init_all_arg_t){.comm_p = &comms[i],
+                                   .nranks = ndev,
+                                   .rank = i,
+                                   .dev = devlist ? devlist[i] : caller,
+                                   .gate = &gate};
         memcpy(&args[i].id, uid.internal, sizeof(boot_id_t));
         int rc = pthread_create(&threads[i], NULL, init_all_thread, &args[i]);
         if (rc != 0) {
-            res = ERR(chorusSystemError, SUB_INIT, "pthread_create: %s", strerror(rc));
+            res = ERR(chorusSystemError, SUB_INIT,
+                      "chorusCommInitAll: cannot start the thread of rank %d of %d "
+                      "(pthread_create: %s): ask for fewer ranks, or raise the process's "
+                      "thread or memory limits (ulimit -u, ulimit -v)",
+                      i, ndev, strerror(rc));
             break;
         }
         started++;
     }
+    init_gate_set(&gate, res == chorusSuccess ? 1 : 2);
     for (int i = 0; i < started; i++) {
         pthread_join(threads[i], NULL);
-        if (args[i].res != chorusSuccess && res == chorusSuccess) {
+        if (args[i].res != chorusSuccess && res == chorusSuccess) { /* not when given up */
             res = args[i].res;
             ERR(res, SUB_INIT, "chorusCommInitAll: rank %d failed: %s", i, args[i].error);
         }

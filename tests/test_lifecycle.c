@@ -30,6 +30,10 @@
  *    group holds a split or a call on is refused; a bad id is refused at once inside a group; a
  *    group whose init fails (rank 0 of 2 alone, deadline 300 ms) returns the error from
  *    chorusGroupEnd naming the init, the handle NULL.
+ * 7. chorusCommInitAll of 1000 ranks in a child whose address space is capped near its size
+ *    (RLIMIT_AS), CHORUS_TIMEOUT_MS 20000: it cannot start every thread and fails at once
+ *    (within 10 s) with chorusSystemError naming the rank whose thread it could not start; the
+ *    threads it had started waited out the deadline for the rest before. Not under ASan.
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
 #define _GNU_SOURCE
@@ -40,6 +44,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "chorus.h"
@@ -641,6 +647,63 @@ static void group_inits(void)
                            "id refused; a failed init reported by chorusGroupEnd");
 }
 
+/* ---- 7. chorusCommInitAll that cannot start every thread ---- */
+
+static void initall_no_threads(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("     (part 7 left out under ASan: its allocator cannot live under RLIMIT_AS)\n");
+#else
+    long before = harness_failures;
+    int pipefd[2];
+    if (pipe(pipefd) != 0) {
+        FAIL("pipe");
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (f == NULL || fscanf(f, "%ld", &pages) != 1)
+            _exit(3);
+        fclose(f);
+        struct rlimit lim = {(rlim_t)pages * 4096 + (512u << 20), RLIM_INFINITY};
+        lim.rlim_max = lim.rlim_cur;
+        setrlimit(RLIMIT_AS, &lim);
+        setenv("CHORUS_TIMEOUT_MS", "20000", 1);
+        static chorusComm_t many[1000];
+        double t0 = harness_now_s();
+        chorusResult_t res = chorusCommInitAll(many, 1000, NULL);
+        char line[1200];
+        snprintf(line, sizeof(line), "%d %.2f %s", (int)res, harness_now_s() - t0,
+                 chorusGetLastError(NULL));
+        if (write(pipefd[1], line, strlen(line)) < 0)
+            _exit(4);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char line[1200] = "";
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof(line) - 1 && (n = read(pipefd[0], line + got, sizeof(line) - 1 - got)) > 0)
+        got += (size_t)n;
+    line[got] = '\0';
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int res = -1;
+    double took = -1;
+    if (sscanf(line, "%d %lf", &res, &took) != 2 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        FAIL("the child's InitAll did not report (status %d): %s", status, line);
+    else if (res != chorusSystemError || took > 10.0 ||
+             strstr(line, "cannot start the thread of rank") == NULL)
+        FAIL("InitAll of 1000 ranks without room for their threads: %s", line);
+    harness_report(before, "chorusCommInitAll that cannot start every thread fails at once "
+                           "naming the rank (the started ones do not wait for the rest)");
+#endif
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -652,5 +715,6 @@ int main(void)
     excl_lock();
     shared_comm();
     group_inits();
+    initall_no_threads();
     return harness_finish("test_lifecycle");
 }
