@@ -33,7 +33,7 @@
  * 7. chorusCommInitAll of 1000 ranks in a child whose address space is capped near its size
  *    (RLIMIT_AS), CHORUS_TIMEOUT_MS 20000: it cannot start every thread and fails at once
  *    (within 10 s) with chorusSystemError naming the rank whose thread it could not start; the
- *    threads it had started waited out the deadline for the rest before. Not under ASan.
+ *    threads it had started waited out the deadline for the rest before. Not under a sanitizer.
  * Exit 0: all passed; 1: a check failed (the first failures are printed).
  */
 #define _GNU_SOURCE
@@ -651,8 +651,9 @@ static void group_inits(void)
 
 static void initall_no_threads(void)
 {
-#if defined(__SANITIZE_ADDRESS__)
-    printf("     (part 7 left out under ASan: its allocator cannot live under RLIMIT_AS)\n");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("     (part 7 left out under a sanitizer: its allocator cannot live under "
+           "RLIMIT_AS)\n");
 #else
     long before = harness_failures;
     int pipefd[2];
