@@ -143,7 +143,11 @@ chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int *device);
 
 /* Collectives: NCCL's semantics. In place when sendbuff == recvbuff (AllGather: sendbuff is this
  * rank's slice of recvbuff; ReduceScatter: recvbuff is this rank's slice of sendbuff). Buffers
- * that overlap in any other way get chorusInvalidArgument. */
+ * that overlap in any other way get chorusInvalidArgument. The ranks match calls in the order
+ * each issued them on the communicator: threads calling one communicator at once are safe (the
+ * calls run one at a time) but match in whatever order each process ran them, so issue a rank's
+ * calls from one thread, or order them, as NCCL asks (CHORUS_CHECK_ARGS=1 finds calls that do
+ * not match). */
 chorusResult_t chorusAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                                chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
                                chorusStream_t stream);
