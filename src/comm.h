@@ -398,6 +398,8 @@ typedef struct group_init {
 chorusResult_t group_add_init(const group_init_t *gi);
 /* The initializations this thread's open group holds (0 outside a group). */
 int group_inits_held(void);
+/* init.c: a copy of config (checked by config_check; NULL: none) into gi. */
+void group_init_keep_config(group_init_t *gi, const chorusConfig_t *config);
 /* init.c: run gi (on any thread): its result in gi->res, its error text in gi->error. */
 void group_init_run(group_init_t *gi);
 /* init.c: the checks of a config that init makes, without a communicator (the environment

@@ -702,16 +702,22 @@ static chorusResult_t init_rank_held(chorusComm_t *comm, int nranks, const boot_
     gi.rank = rank;
     gi.dev = CHORUS_HAVE_CUDA ? cuda_current_device() : -1;
     gi.id = *id;
-    if (config != NULL) { /* apply_config took its size: at least up to netName */
-        gi.has_config = 1;
-        gi.config = (chorusConfig_t)CHORUS_CONFIG_INITIALIZER;
-        memcpy(&gi.config, config,
-               config->size < sizeof(gi.config) ? config->size : sizeof(gi.config));
-        gi.config.size = sizeof(gi.config);
-    }
+    group_init_keep_config(&gi, config);
     CHECK(group_add_init(&gi));
     *comm = NULL;
     return chorusSuccess;
+}
+
+void group_init_keep_config(group_init_t *gi, const chorusConfig_t *config)
+{
+    if (config == NULL)
+        return;
+    /* config_check took its size: at least up to netName; later fields keep their defaults. */
+    gi->has_config = 1;
+    gi->config = (chorusConfig_t)CHORUS_CONFIG_INITIALIZER;
+    memcpy(&gi->config, config,
+           config->size < sizeof(gi->config) ? config->size : sizeof(gi->config));
+    gi->config.size = sizeof(gi->config);
 }
 
 void group_init_run(group_init_t *gi)

@@ -30,15 +30,10 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
         gi.color = color;
         gi.key = key;
         gi.dev = comm->peers[comm->rank].cuda_dev; /* a rank keeps its parent's device */
-        if (config != NULL) {
-            gi.has_config = 1;
-            gi.config = (chorusConfig_t)CHORUS_CONFIG_INITIALIZER;
-            memcpy(&gi.config, config,
-                   config->size < sizeof(gi.config) ? config->size : sizeof(gi.config));
-            gi.config.size = sizeof(gi.config);
-        }
-        if (res == chorusSuccess)
+        if (res == chorusSuccess) {
+            group_init_keep_config(&gi, config);
             res = group_add_init(&gi);
+        }
         if (res == chorusSuccess)
             *newcomm = NULL;
         return comm_api_return(comm, res);
