@@ -439,6 +439,9 @@ static chorusResult_t net_state_get(transport_comm_t *tc, net_state_t **ns_p)
     ns->plugin = pl;
     if (res == chorusSuccess)
         res = pl->get_properties(ns->ctx, 0, &ns->props);
+    /* Built during an operation (its first net connection made on first use): the operation
+     * counts, as transport_ops_begin would have counted it, so its receives get posted. */
+    ns->active = tc->ops_depth;
     if (res == chorusSuccess) {
         int err = pthread_create(&ns->thread, NULL, proxy_main, ns);
         if (err != 0)
@@ -500,6 +503,7 @@ static void proxy_remove(net_state_t *ns, net_conn_t *c)
 
 HOT_PATH void transport_ops_begin(transport_comm_t *tc)
 {
+    tc->ops_depth++;
     net_state_t *ns = tc->net;
     if (ns == NULL)
         return;
@@ -511,6 +515,7 @@ HOT_PATH void transport_ops_begin(transport_comm_t *tc)
 
 HOT_PATH void transport_ops_end(transport_comm_t *tc)
 {
+    tc->ops_depth--;
     net_state_t *ns = tc->net;
     if (ns == NULL)
         return;

@@ -64,6 +64,10 @@ typedef struct transport_comm {
     int rank;
     const struct topo *topo; /* NULL when the topology could not be read */
     struct net_state *net; /* built by the net transport on its first connection */
+    /* Operations under way (transport_ops_begin/end, counted by the exec lock's holder): a net
+     * state built during one (a rank whose first net connection is a send/recv or a tree's)
+     * starts with them counted, or its proxy never posted that operation's receives. */
+    int ops_depth;
 } transport_comm_t;
 
 typedef struct transport_handle {
