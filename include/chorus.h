@@ -67,6 +67,9 @@ typedef enum {
     chorusNumTypes = 10
 } chorusDataType_t;
 
+/* Integer sums and products wrap (two's complement). chorusAvg is the sum in the datatype, so
+ * integers wrap there too, then divided by the rank count: integers truncate toward zero. For
+ * float16 and bfloat16 each step (every sum of two, the division) is rounded to the type. */
 typedef enum {
     chorusSum = 0,
     chorusProd = 1,
